@@ -1,0 +1,100 @@
+//! Compute primitives for the DDTree models.
+//!
+//! [`KernelOps`] is a burn backend extension: every method has a default body that calls the
+//! plain-burn-ops reference in [`reference`], so any burn backend (the CPU `NdArray` one used in
+//! CI, in f32 or f64) runs the models unchanged. A backend with fused kernels (the CubeCL CUDA
+//! backend) overrides the methods it accelerates, and its tests compare against [`reference`].
+//!
+//! [`nn`] builds the layers the models share (linear, RMSNorm, SwiGLU MLP, rotary table, KV
+//! cache) from these primitives.
+//!
+//! ```
+//! use burn_ndarray::NdArray;
+//! use burn_tensor::Tensor;
+//! use ddtree_kernels::KernelOps;
+//!
+//! type B = NdArray<f32>;
+//! let device = Default::default();
+//! let x = Tensor::<B, 2>::from_floats([[3.0, 4.0]], &device);
+//! let w = Tensor::<B, 1>::from_floats([1.0, 2.0], &device);
+//! let y = B::rms_norm(x, w, 0.0).into_data().to_vec::<f32>().unwrap();
+//! // rms([3, 4]) = sqrt(12.5)
+//! assert!((y[0] - 3.0 / 12.5f32.sqrt()).abs() < 1e-6);
+//! assert!((y[1] - 8.0 / 12.5f32.sqrt()).abs() < 1e-6);
+//! ```
+
+pub mod mask;
+pub mod nn;
+pub mod reference;
+
+use burn_tensor::backend::Backend;
+use burn_tensor::{Int, Tensor};
+
+pub use mask::{AncestorBits, AttentionContext, Visibility};
+
+/// The operations the models call. Defaults are the [`reference`] implementations; see each
+/// reference function for the exact shapes and semantics.
+pub trait KernelOps: Backend {
+    /// RMSNorm of `[rows, hidden]` rows with `weight: [hidden]` ([`reference::rms_norm`]).
+    fn rms_norm(x: Tensor<Self, 2>, weight: Tensor<Self, 1>, eps: f64) -> Tensor<Self, 2> {
+        reference::rms_norm(x, weight, eps)
+    }
+
+    /// `x · Wᵀ` for a Hugging Face `[out, in]` weight ([`reference::linear`]).
+    fn linear(x: Tensor<Self, 2>, weight: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        reference::linear(x, weight)
+    }
+
+    /// `silu(gate) ⊙ up` ([`reference::silu_mul`]).
+    fn silu_mul(gate: Tensor<Self, 2>, up: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        reference::silu_mul(gate, up)
+    }
+
+    /// NeoX rotary embedding over the first `2·cos.dims()[1]` dims ([`reference::rope`]).
+    fn rope(x: Tensor<Self, 3>, cos: Tensor<Self, 2>, sin: Tensor<Self, 2>) -> Tensor<Self, 3> {
+        reference::rope(x, cos, sin)
+    }
+
+    /// Writes `[n, kv_heads, head_dim]` rows into a `[kv_heads, capacity, head_dim]` cache at
+    /// row `at` ([`reference::write_cache_rows`]).
+    fn write_cache_rows(cache: Tensor<Self, 3>, rows: Tensor<Self, 3>, at: usize) -> Tensor<Self, 3> {
+        reference::write_cache_rows(cache, rows, at)
+    }
+
+    /// Moves cache rows `at + keep[i]` to `at + i` ([`reference::compact_cache_rows`]).
+    fn compact_cache_rows(cache: Tensor<Self, 3>, at: usize, keep: &[usize]) -> Tensor<Self, 3> {
+        reference::compact_cache_rows(cache, at, keep)
+    }
+
+    /// Grouped-query attention over a KV cache with the visibility of `ctx`
+    /// ([`reference::cached_attention`]).
+    fn cached_attention(
+        q: Tensor<Self, 3>,
+        k_cache: Tensor<Self, 3>,
+        v_cache: Tensor<Self, 3>,
+        ctx: &AttentionContext<'_>,
+        scale: f64,
+    ) -> Tensor<Self, 3> {
+        reference::cached_attention(q, k_cache, v_cache, ctx, scale)
+    }
+
+    /// Row-wise argmax of `[rows, vocab]` logits ([`reference::argmax`]).
+    fn argmax(logits: Tensor<Self, 2>) -> Tensor<Self, 1, Int> {
+        reference::argmax(logits)
+    }
+
+    /// Row-wise top-`k` of the log-softmax, descending ([`reference::top_k_log_softmax`]).
+    fn top_k_log_softmax(logits: Tensor<Self, 2>, k: usize) -> (Tensor<Self, 2>, Tensor<Self, 2, Int>) {
+        reference::top_k_log_softmax(logits, k)
+    }
+}
+
+/// The CPU backend runs the reference implementations.
+impl<E, I, Q> KernelOps for burn_ndarray::NdArray<E, I, Q>
+where
+    E: burn_ndarray::FloatNdArrayElement,
+    I: burn_ndarray::IntNdArrayElement,
+    Q: burn_ndarray::QuantElement,
+    burn_ndarray::NdArrayTensor: From<burn_ndarray::SharedArray<E>> + From<burn_ndarray::SharedArray<I>>,
+{
+}

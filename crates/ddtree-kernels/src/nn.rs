@@ -1,0 +1,208 @@
+//! Layers shared by the target models and the drafter, built only from [`KernelOps`] calls so a
+//! backend's fused kernels apply everywhere.
+
+use burn_tensor::{Int, Tensor, TensorData};
+
+use crate::KernelOps;
+
+/// A bias-free linear layer holding a Hugging Face `[out, in]` weight.
+#[derive(Clone, Debug)]
+pub struct Linear<B: KernelOps> {
+    weight: Tensor<B, 2>,
+}
+
+impl<B: KernelOps> Linear<B> {
+    /// Wraps an `[out, in]` weight.
+    pub fn new(weight: Tensor<B, 2>) -> Self {
+        Self { weight }
+    }
+
+    /// Stacks several `[out_i, in]` weights into one `[Σ out_i, in]` projection, so one launch
+    /// computes them all (QKV, gate+up).
+    pub fn fused(weights: Vec<Tensor<B, 2>>) -> Self {
+        Self::new(Tensor::cat(weights, 0))
+    }
+
+    /// `[rows, in] → [rows, out]`.
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        <B as KernelOps>::linear(x, self.weight.clone())
+    }
+
+    /// The `[out, in]` weight.
+    pub fn weight(&self) -> &Tensor<B, 2> {
+        &self.weight
+    }
+}
+
+/// RMSNorm with a plain weight. Zero-centred `(1 + w)` checkpoints add one at load time.
+#[derive(Clone, Debug)]
+pub struct RmsNorm<B: KernelOps> {
+    weight: Tensor<B, 1>,
+    eps: f64,
+}
+
+impl<B: KernelOps> RmsNorm<B> {
+    /// A norm with `weight: [dim]`.
+    pub fn new(weight: Tensor<B, 1>, eps: f64) -> Self {
+        Self { weight, eps }
+    }
+
+    /// Normalises each row of `[rows, dim]`.
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        B::rms_norm(x, self.weight.clone(), self.eps)
+    }
+
+    /// Normalises each `[dim]` vector of `[rows, heads, dim]` (per-head q/k norms).
+    pub fn forward_heads(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [rows, heads, dim] = x.dims();
+        self.forward(x.reshape([rows * heads, dim]))
+            .reshape([rows, heads, dim])
+    }
+}
+
+/// The SwiGLU MLP `down(silu(gate(x)) ⊙ up(x))`, with gate and up fused into one projection.
+#[derive(Clone, Debug)]
+pub struct Mlp<B: KernelOps> {
+    gate_up: Linear<B>,
+    down: Linear<B>,
+    intermediate: usize,
+}
+
+impl<B: KernelOps> Mlp<B> {
+    /// From the three Hugging Face weights (`gate_proj`, `up_proj`: `[inter, hidden]`,
+    /// `down_proj`: `[hidden, inter]`).
+    pub fn new(gate: Tensor<B, 2>, up: Tensor<B, 2>, down: Tensor<B, 2>) -> Self {
+        let intermediate = gate.dims()[0];
+        Self {
+            gate_up: Linear::fused(vec![gate, up]),
+            down: Linear::new(down),
+            intermediate,
+        }
+    }
+
+    /// `[rows, hidden] → [rows, hidden]`.
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let rows = x.dims()[0];
+        let inter = self.intermediate;
+        let gate_up = self.gate_up.forward(x);
+        let gate = gate_up.clone().slice([0..rows, 0..inter]);
+        let up = gate_up.slice([0..rows, inter..2 * inter]);
+        self.down.forward(B::silu_mul(gate, up))
+    }
+}
+
+/// Precomputed rotary cos/sin for every position up to a maximum, `[positions, rotary_dim / 2]`.
+#[derive(Clone, Debug)]
+pub struct RopeTable<B: KernelOps> {
+    cos: Tensor<B, 2>,
+    sin: Tensor<B, 2>,
+}
+
+impl<B: KernelOps> RopeTable<B> {
+    /// Builds the table from the inverse frequencies (one per rotated pair) and the attention
+    /// scaling that multiplies cos and sin (1 except for YaRN-style scaling). Angles are formed in
+    /// f32 as Hugging Face transformers does, so f32 results match it closely.
+    pub fn new(inv_freq: &[f32], attention_scaling: f32, positions: usize, device: &B::Device) -> Self {
+        let half = inv_freq.len();
+        let mut cos = Vec::with_capacity(positions * half);
+        let mut sin = Vec::with_capacity(positions * half);
+        for pos in 0..positions {
+            for &f in inv_freq {
+                let angle = (pos as f32 * f) as f64;
+                cos.push((angle.cos() as f32 * attention_scaling) as f64);
+                sin.push((angle.sin() as f32 * attention_scaling) as f64);
+            }
+        }
+        let to_tensor = |values: Vec<f64>| {
+            Tensor::<B, 2>::from_data(
+                TensorData::new(values, [positions, half]).convert::<B::FloatElem>(),
+                device,
+            )
+        };
+        Self {
+            cos: to_tensor(cos),
+            sin: to_tensor(sin),
+        }
+    }
+
+    /// Number of positions covered.
+    pub fn positions(&self) -> usize {
+        self.cos.dims()[0]
+    }
+
+    /// cos and sin rows for `positions` (each `< self.positions()`), as `[n, rotary_dim / 2]`.
+    pub fn gather(&self, positions: &[usize]) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        let device = self.cos.device();
+        let index: Vec<i64> = positions.iter().map(|&p| p as i64).collect();
+        let index = Tensor::<B, 1, Int>::from_data(
+            TensorData::new(index, [positions.len()]).convert::<B::IntElem>(),
+            &device,
+        );
+        (
+            self.cos.clone().select(0, index.clone()),
+            self.sin.clone().select(0, index),
+        )
+    }
+
+    /// Applies the rotation to `[n, heads, head_dim]` rows at `positions`.
+    pub fn apply(&self, x: Tensor<B, 3>, positions: &[usize]) -> Tensor<B, 3> {
+        let (cos, sin) = self.gather(positions);
+        B::rope(x, cos, sin)
+    }
+}
+
+/// One attention layer's preallocated key and value cache, `[kv_heads, capacity, head_dim]`
+/// each. Which rows are committed is the model's business.
+#[derive(Clone, Debug)]
+pub struct KvCache<B: KernelOps> {
+    // Always `Some` between calls: taken while updating, so the update owns the only reference
+    // and backends can write in place instead of copying the whole cache.
+    keys_values: Option<(Tensor<B, 3>, Tensor<B, 3>)>,
+}
+
+impl<B: KernelOps> KvCache<B> {
+    /// A zeroed cache of `capacity` rows.
+    pub fn new(kv_heads: usize, capacity: usize, head_dim: usize, device: &B::Device) -> Self {
+        let zeros = || Tensor::zeros([kv_heads, capacity, head_dim], device);
+        Self {
+            keys_values: Some((zeros(), zeros())),
+        }
+    }
+
+    fn update(&mut self, f: impl FnOnce(Tensor<B, 3>, Tensor<B, 3>) -> (Tensor<B, 3>, Tensor<B, 3>)) {
+        let (keys, values) = self.keys_values.take().expect("KvCache always holds its tensors");
+        self.keys_values = Some(f(keys, values));
+    }
+
+    /// Rows the cache can hold.
+    pub fn capacity(&self) -> usize {
+        self.tensors().0.dims()[1]
+    }
+
+    /// Writes `[n, kv_heads, head_dim]` keys and values at rows `at..at + n`.
+    pub fn write(&mut self, new_keys: Tensor<B, 3>, new_values: Tensor<B, 3>, at: usize) {
+        self.update(|keys, values| {
+            (
+                B::write_cache_rows(keys, new_keys, at),
+                B::write_cache_rows(values, new_values, at),
+            )
+        });
+    }
+
+    /// Moves rows `at + keep[i]` to `at + i` (`keep` increasing).
+    pub fn compact(&mut self, at: usize, keep: &[usize]) {
+        self.update(|keys, values| {
+            (
+                B::compact_cache_rows(keys, at, keep),
+                B::compact_cache_rows(values, at, keep),
+            )
+        });
+    }
+
+    /// The key and value tensors (cheap handles).
+    pub fn tensors(&self) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        self.keys_values
+            .clone()
+            .expect("KvCache always holds its tensors")
+    }
+}

@@ -1,0 +1,229 @@
+//! The reference ops against straightforward scalar loops written from the definitions.
+
+use burn_ndarray::NdArray;
+use burn_tensor::{Tensor, TensorData};
+use ddtree_kernels::{AncestorBits, AttentionContext, KernelOps, Visibility};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+type B = NdArray<f64>;
+
+fn random(rng: &mut StdRng, len: usize) -> Vec<f64> {
+    (0..len).map(|_| rng.random_range(-1.0..1.0)).collect()
+}
+
+fn tensor<const D: usize>(values: &[f64], shape: [usize; D]) -> Tensor<B, D> {
+    Tensor::from_data(TensorData::new(values.to_vec(), shape), &Default::default())
+}
+
+fn values<const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
+    t.into_data().to_vec::<f64>().unwrap()
+}
+
+fn assert_close(actual: &[f64], expected: &[f64], tol: f64) {
+    assert_eq!(actual.len(), expected.len());
+    for (i, (a, e)) in actual.iter().zip(expected).enumerate() {
+        assert!((a - e).abs() <= tol * (1.0 + e.abs()), "element {i}: {a} vs {e}");
+    }
+}
+
+#[test]
+fn rms_norm_matches_definition() {
+    let mut rng = StdRng::seed_from_u64(1);
+    let (rows, dim, eps) = (3, 8, 1e-6);
+    let x = random(&mut rng, rows * dim);
+    let w = random(&mut rng, dim);
+    let mut expected = Vec::new();
+    for r in 0..rows {
+        let row = &x[r * dim..(r + 1) * dim];
+        let rms = (row.iter().map(|v| v * v).sum::<f64>() / dim as f64 + eps).sqrt();
+        expected.extend(row.iter().zip(&w).map(|(v, w)| v / rms * w));
+    }
+    let got = values(B::rms_norm(tensor(&x, [rows, dim]), tensor(&w, [dim]), eps));
+    assert_close(&got, &expected, 1e-12);
+}
+
+#[test]
+fn linear_and_silu_mul_match_definition() {
+    let mut rng = StdRng::seed_from_u64(2);
+    let (rows, inp, out) = (2, 5, 3);
+    let x = random(&mut rng, rows * inp);
+    let w = random(&mut rng, out * inp);
+    let mut expected = vec![0.0; rows * out];
+    for r in 0..rows {
+        for o in 0..out {
+            expected[r * out + o] = (0..inp).map(|i| x[r * inp + i] * w[o * inp + i]).sum();
+        }
+    }
+    let got = values(<B as KernelOps>::linear(
+        tensor(&x, [rows, inp]),
+        tensor(&w, [out, inp]),
+    ));
+    assert_close(&got, &expected, 1e-12);
+
+    let gate = random(&mut rng, 6);
+    let up = random(&mut rng, 6);
+    let expected: Vec<f64> = gate
+        .iter()
+        .zip(&up)
+        .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+        .collect();
+    let got = values(B::silu_mul(tensor(&gate, [2, 3]), tensor(&up, [2, 3])));
+    assert_close(&got, &expected, 1e-12);
+}
+
+#[test]
+fn rope_rotates_pairs_i_and_i_plus_half_and_passes_the_rest() {
+    let mut rng = StdRng::seed_from_u64(3);
+    let (rows, heads, head_dim, half) = (2, 3, 10, 3); // rotary dim 6 of 10: partial
+    let x = random(&mut rng, rows * heads * head_dim);
+    let angles = random(&mut rng, rows * half);
+    let cos: Vec<f64> = angles.iter().map(|a| a.cos()).collect();
+    let sin: Vec<f64> = angles.iter().map(|a| a.sin()).collect();
+    let mut expected = x.clone();
+    for r in 0..rows {
+        for h in 0..heads {
+            let base = (r * heads + h) * head_dim;
+            for i in 0..half {
+                let (c, s) = (cos[r * half + i], sin[r * half + i]);
+                let (a, b) = (x[base + i], x[base + i + half]);
+                expected[base + i] = a * c - b * s;
+                expected[base + i + half] = b * c + a * s;
+            }
+        }
+    }
+    let got = values(B::rope(
+        tensor(&x, [rows, heads, head_dim]),
+        tensor(&cos, [rows, half]),
+        tensor(&sin, [rows, half]),
+    ));
+    assert_close(&got, &expected, 1e-12);
+}
+
+/// Attention by the definition: per query head, softmax over the visible keys of its kv head.
+fn naive_attention(
+    q: &[f64],
+    keys: &[f64],
+    vals: &[f64],
+    [n, q_heads, kv_heads, head_dim, capacity]: [usize; 5],
+    ctx: &AttentionContext<'_>,
+) -> Vec<f64> {
+    let group = q_heads / kv_heads;
+    let scale = 1.0 / (head_dim as f64).sqrt();
+    let mut out = vec![0.0; n * q_heads * head_dim];
+    for row in 0..n {
+        for h in 0..q_heads {
+            let kvh = h / group;
+            let qv = &q[(row * q_heads + h) * head_dim..][..head_dim];
+            let visible: Vec<usize> = (0..ctx.prefix_len + n).filter(|&k| ctx.sees(row, k)).collect();
+            let scores: Vec<f64> = visible
+                .iter()
+                .map(|&k| {
+                    let kv = &keys[(kvh * capacity + k) * head_dim..][..head_dim];
+                    qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f64>() * scale
+                })
+                .collect();
+            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let total: f64 = weights.iter().sum();
+            for (w, &k) in weights.iter().zip(&visible) {
+                let vv = &vals[(kvh * capacity + k) * head_dim..][..head_dim];
+                for d in 0..head_dim {
+                    out[(row * q_heads + h) * head_dim + d] += w / total * vv[d];
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn attention_matches_definition_for_causal_full_tree_and_window() {
+    let mut rng = StdRng::seed_from_u64(4);
+    let (n, q_heads, kv_heads, head_dim, capacity, prefix) = (5, 4, 2, 8, 12, 4);
+    let q = random(&mut rng, n * q_heads * head_dim);
+    let keys = random(&mut rng, kv_heads * capacity * head_dim);
+    let vals = random(&mut rng, kv_heads * capacity * head_dim);
+    // Tree: 0 root; 1, 2 children of 0; 3 child of 1; 4 child of 2.
+    let words = [0b00001u64, 0b00011, 0b00101, 0b01011, 0b10101];
+    let tree = Visibility::Tree(AncestorBits::new(&words, 1).unwrap());
+    for (visibility, window) in [
+        (Visibility::Causal, None),
+        (Visibility::Full, None),
+        (tree, None),
+        (Visibility::Full, Some(3)),
+    ] {
+        let ctx = AttentionContext {
+            prefix_len: prefix,
+            visibility,
+            window,
+        };
+        let expected = naive_attention(&q, &keys, &vals, [n, q_heads, kv_heads, head_dim, capacity], &ctx);
+        let got = values(B::cached_attention(
+            tensor(&q, [n, q_heads, head_dim]),
+            tensor(&keys, [kv_heads, capacity, head_dim]),
+            tensor(&vals, [kv_heads, capacity, head_dim]),
+            &ctx,
+            1.0 / (head_dim as f64).sqrt(),
+        ));
+        assert_close(&got, &expected, 1e-12);
+    }
+}
+
+#[test]
+fn cache_rows_are_written_and_compacted() {
+    let (kv_heads, capacity, head_dim) = (2, 6, 3);
+    let cache = tensor(
+        &vec![0.0; kv_heads * capacity * head_dim],
+        [kv_heads, capacity, head_dim],
+    );
+    // Rows [n=4, kv_heads, head_dim] with value 100·row + 10·head + d.
+    let rows: Vec<f64> = (0..4)
+        .flat_map(|r| {
+            (0..kv_heads).flat_map(move |h| (0..head_dim).map(move |d| (100 * r + 10 * h + d) as f64))
+        })
+        .collect();
+    let cache = B::write_cache_rows(cache, tensor(&rows, [4, kv_heads, head_dim]), 1);
+    let cache = B::compact_cache_rows(cache, 1, &[0, 2, 3]);
+    let got = values(cache);
+    for h in 0..kv_heads {
+        for (slot, source_row) in [(1, 0), (2, 2), (3, 3), (4, 3)] {
+            for d in 0..head_dim {
+                let expected = (100 * source_row + 10 * h + d) as f64;
+                assert_eq!(
+                    got[(h * capacity + slot) * head_dim + d],
+                    expected,
+                    "head {h} slot {slot}"
+                );
+            }
+        }
+        assert_eq!(got[(h * capacity) * head_dim], 0.0, "row 0 untouched");
+    }
+}
+
+#[test]
+fn argmax_and_top_k_log_softmax_match_definition() {
+    let logits = [
+        0.5, 2.0, -1.0, 2.0, 0.0, /* row 2 */ 3.0, 1.0, 4.0, 1.5, -2.0,
+    ];
+    let ids = B::argmax(tensor(&logits, [2, 5]));
+    assert_eq!(
+        ids.into_data().to_vec::<i64>().unwrap(),
+        vec![1, 2],
+        "first maximum on ties"
+    );
+
+    let (vals, idx) = B::top_k_log_softmax(tensor(&logits, [2, 5]), 3);
+    let vals = values(vals);
+    let idx = idx.into_data().to_vec::<i64>().unwrap();
+    for r in 0..2 {
+        let row = &logits[r * 5..(r + 1) * 5];
+        let lse = row.iter().map(|v| v.exp()).sum::<f64>().ln();
+        let mut order: Vec<usize> = (0..5).collect();
+        order.sort_by(|&a, &b| row[b].partial_cmp(&row[a]).unwrap());
+        for k in 0..3 {
+            assert!((vals[r * 3 + k] - (row[order[k]] - lse)).abs() < 1e-12);
+            assert_eq!(row[idx[r * 3 + k] as usize], row[order[k]]);
+        }
+    }
+}

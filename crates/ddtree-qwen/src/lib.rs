@@ -1,0 +1,99 @@
+//! Qwen target models for DDTree speculative decoding.
+//!
+//! A target does four things for the speculative loop: **prefill** a prompt, **decode** one
+//! token, **verify** a draft tree in one forward pass (each node at position
+//! `committed + depth`, seeing the committed prefix, its ancestors and itself), and **commit** the
+//! accepted path (its cache rows moved to contiguous positions). Every forward also returns the
+//! hidden features of the layers the drafter reads (`capture_layers`; layer `L`'s output, which is
+//! Hugging Face's `hidden_states[L + 1]`).
+//!
+//! Models: [`Qwen3`] (dense). All run on any backend implementing
+//! [`ddtree_kernels::KernelOps`].
+
+mod attention;
+mod cursor;
+mod error;
+mod qwen3;
+mod rope;
+
+use burn_tensor::{Int, Tensor};
+use ddtree_kernels::{AncestorBits, KernelOps};
+
+pub use error::{Error, Result};
+pub use qwen3::Qwen3;
+pub use rope::inv_freq;
+
+/// How to load a target.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Cache rows to preallocate; defaults to the config's `max_position_embeddings`.
+    pub max_context: Option<usize>,
+    /// Decoder layers whose outputs are returned as features, concatenated in this order (the
+    /// drafter's `target_layer_ids`).
+    pub capture_layers: Vec<usize>,
+}
+
+/// What one forward returns for its `n` rows.
+#[derive(Clone, Debug)]
+pub struct ForwardOutput<B: KernelOps> {
+    /// `[n, vocab]` logits.
+    pub logits: Tensor<B, 2>,
+    /// `[n, hidden]` final-norm hidden states.
+    pub hidden: Tensor<B, 2>,
+    /// `[n, capture_layers.len() · hidden]` captured layer outputs, when any were requested.
+    pub features: Option<Tensor<B, 2>>,
+}
+
+/// A compiled draft tree to verify: node 0 is the root (the last committed token's successor,
+/// i.e. the bonus token), every parent precedes its children.
+#[derive(Clone, Copy, Debug)]
+pub struct TreeBlock<'a> {
+    /// Token of each node.
+    pub tokens: &'a [u32],
+    /// Depth of each node (root 0).
+    pub depths: &'a [usize],
+    /// Per node, the nodes it sees: its ancestors and itself.
+    pub ancestors: AncestorBits<'a>,
+}
+
+impl TreeBlock<'_> {
+    fn check(&self, vocab: usize) -> Result<()> {
+        let n = self.tokens.len();
+        if self.depths.len() != n || self.ancestors.rows() != n {
+            return Err(Error::InvalidTree(format!(
+                "{n} tokens, {} depths and {} ancestor rows must agree",
+                self.depths.len(),
+                self.ancestors.rows()
+            )));
+        }
+        if self.ancestors.words_per_row() * 64 < n {
+            return Err(Error::InvalidTree(format!(
+                "{} words per ancestor row cannot hold {n} nodes",
+                self.ancestors.words_per_row()
+            )));
+        }
+        if let Some(row) = (0..n).find(|&i| !self.ancestors.sees(i, i)) {
+            return Err(Error::InvalidTree(format!("node {row} does not see itself")));
+        }
+        check_vocab(self.tokens, vocab)
+    }
+}
+
+/// Every token must be a vocabulary id: checked before a block touches the cache.
+fn check_vocab(tokens: &[u32], vocab: usize) -> Result<()> {
+    match tokens.iter().find(|&&t| t as usize >= vocab) {
+        Some(&token) => Err(Error::TokenOutOfVocab { token, vocab }),
+        None => Ok(()),
+    }
+}
+
+/// Reads an integer tensor of token ids back to the host.
+pub fn token_ids<B: KernelOps>(ids: Tensor<B, 1, Int>) -> Vec<u32> {
+    ids.into_data()
+        .convert::<i64>()
+        .to_vec::<i64>()
+        .expect("converted to i64 just above")
+        .into_iter()
+        .map(|t| t as u32)
+        .collect()
+}
