@@ -29,7 +29,9 @@ fn bench(c: &mut Criterion) {
     c.bench_function("load qwen3-tiny-untied (sharded)", |b| {
         b.iter(|| Qwen3::<B>::load_dir(fixture(), options(), &device).unwrap())
     });
-    c.bench_function("open checkpoint index", |b| b.iter(|| Checkpoint::open(fixture()).unwrap()));
+    c.bench_function("open checkpoint index", |b| {
+        b.iter(|| Checkpoint::open(fixture()).unwrap())
+    });
 
     let mut model = Qwen3::<B>::load_dir(fixture(), options(), &device).unwrap();
     let prefix: Vec<u32> = (0..64).map(|i| (i * 7 % 1000) as u32).collect();

@@ -32,6 +32,26 @@ use burn_tensor::{Int, Tensor};
 
 pub use mask::{AncestorBits, AttentionContext, Visibility};
 
+/// Reads an integer tensor (token ids) back to the host.
+pub fn host_ids<B: Backend, const D: usize>(ids: Tensor<B, D, Int>) -> Vec<u32> {
+    ids.into_data()
+        .convert::<i64>()
+        .to_vec::<i64>()
+        .expect("converted to i64 just above")
+        .into_iter()
+        .map(|t| t as u32)
+        .collect()
+}
+
+/// Reads a float tensor back to the host as f32.
+pub fn host_f32<B: Backend, const D: usize>(values: Tensor<B, D>) -> Vec<f32> {
+    values
+        .into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .expect("converted to f32 just above")
+}
+
 /// The operations the models call. Defaults are the [`reference`] implementations; see each
 /// reference function for the exact shapes and semantics.
 pub trait KernelOps: Backend {

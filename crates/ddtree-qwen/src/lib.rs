@@ -10,18 +10,16 @@
 //! Models: [`Qwen3`] (dense). All run on any backend implementing
 //! [`ddtree_kernels::KernelOps`].
 
-mod attention;
 mod cursor;
 mod error;
 mod qwen3;
-mod rope;
+mod target;
 
-use burn_tensor::{Int, Tensor};
+use burn_tensor::Tensor;
 use ddtree_kernels::{AncestorBits, KernelOps};
 
 pub use error::{Error, Result};
 pub use qwen3::Qwen3;
-pub use rope::inv_freq;
 
 /// How to load a target.
 #[derive(Clone, Debug, Default)]
@@ -51,7 +49,7 @@ pub struct TreeBlock<'a> {
     /// Token of each node.
     pub tokens: &'a [u32],
     /// Depth of each node (root 0).
-    pub depths: &'a [usize],
+    pub depths: &'a [u32],
     /// Per node, the nodes it sees: its ancestors and itself.
     pub ancestors: AncestorBits<'a>,
 }
@@ -85,15 +83,4 @@ fn check_vocab(tokens: &[u32], vocab: usize) -> Result<()> {
         Some(&token) => Err(Error::TokenOutOfVocab { token, vocab }),
         None => Ok(()),
     }
-}
-
-/// Reads an integer tensor of token ids back to the host.
-pub fn token_ids<B: KernelOps>(ids: Tensor<B, 1, Int>) -> Vec<u32> {
-    ids.into_data()
-        .convert::<i64>()
-        .to_vec::<i64>()
-        .expect("converted to i64 just above")
-        .into_iter()
-        .map(|t| t as u32)
-        .collect()
 }

@@ -4,14 +4,13 @@
 //! model with `load` and the forward variants the speculative loop needs.
 
 use burn_tensor::{Int, Tensor, TensorData};
-use ddtree_kernels::nn::{KvCache, Linear, Mlp, RmsNorm, RopeTable};
+use ddtree_kernels::nn::{Attention, HeadShape, KvCache, Linear, Mlp, RmsNorm, RopeTable};
 use ddtree_kernels::{AttentionContext, KernelOps, Visibility};
 use ddtree_weights::{Checkpoint, Qwen3Config};
 
-use crate::attention::{Attention, HeadShape};
 use crate::cursor::{Cursor, is_identity};
 use crate::error::{Error, Result};
-use crate::{ForwardOutput, LoadOptions, TreeBlock, check_vocab, rope};
+use crate::{ForwardOutput, LoadOptions, TreeBlock, check_vocab};
 
 /// One pre-norm decoder layer: `x + attn(norm(x))`, then `x + mlp(norm(x))`.
 #[derive(Debug)]
@@ -78,7 +77,10 @@ impl<B: KernelOps> DecoderLayer<B> {
         sin: Tensor<B, 2>,
         ctx: &AttentionContext<'_>,
     ) -> Tensor<B, 2> {
-        let x = x.clone() + self.attention.forward(self.input_norm.forward(x), cos, sin, ctx);
+        let x = x.clone()
+            + self
+                .attention
+                .forward(self.input_norm.forward(x), cos, sin, ctx, 0);
         x.clone() + self.mlp.forward(self.post_attention_norm.forward(x))
     }
 }
@@ -163,7 +165,7 @@ impl<B: KernelOps> Qwen3<B> {
             ckpt.tensor::<B, 1>("norm.weight", [hidden], device)?,
             config.rms_norm_eps,
         );
-        let (inv_freq, scaling) = rope::inv_freq(&config.rope, config.head_dim)?;
+        let (inv_freq, scaling) = config.rope.inv_freq(config.head_dim)?;
         let rope = RopeTable::new(&inv_freq, scaling, capacity, device);
         Ok(Self {
             config,
@@ -221,7 +223,7 @@ impl<B: KernelOps> Qwen3<B> {
     pub fn verify(&mut self, tree: &TreeBlock<'_>) -> Result<ForwardOutput<B>> {
         tree.check(self.config.vocab_size)?;
         let start = self.cursor.begin(tree.tokens.len())?;
-        let positions: Vec<usize> = tree.depths.iter().map(|&d| start + d).collect();
+        let positions: Vec<usize> = tree.depths.iter().map(|&d| start + d as usize).collect();
         if let Some(&max) = positions.iter().max()
             && max >= self.rope.positions()
         {
@@ -264,16 +266,27 @@ impl<B: KernelOps> Qwen3<B> {
         Ok(self.embed_tokens.clone().select(0, ids))
     }
 
-    /// Logits `[n, vocab]` of final hidden states `[n, hidden]` (the drafter scores with these).
+    /// Logits `[n, vocab]` of final hidden states `[n, hidden]`.
     pub fn lm_head(&self, hidden: Tensor<B, 2>) -> Tensor<B, 2> {
         self.lm_head.forward(hidden)
+    }
+
+    /// The `[vocab, hidden]` token embedding (a handle; the DFlash drafter embeds with it).
+    pub fn embed_tokens_weight(&self) -> Tensor<B, 2> {
+        self.embed_tokens.clone()
+    }
+
+    /// The `[vocab, hidden]` LM head weight, the embedding when tied (a handle; the DFlash drafter
+    /// scores with it).
+    pub fn lm_head_weight(&self) -> Tensor<B, 2> {
+        self.lm_head.weight().clone()
     }
 
     /// Greedy next token after the last row of `out`.
     pub fn argmax_last(&self, out: &ForwardOutput<B>) -> u32 {
         let [n, vocab] = out.logits.dims();
         let last = out.logits.clone().slice([n - 1..n, 0..vocab]);
-        crate::token_ids(B::argmax(last))[0]
+        ddtree_kernels::host_ids(B::argmax(last))[0]
     }
 
     fn forward(

@@ -78,7 +78,7 @@ fn rotary_frequencies_match_transformers() {
         let expected = Expected::load(model_name);
         let model = load(model_name, vec![]);
         let cfg = model.config();
-        let (inv_freq, scaling) = ddtree_qwen::inv_freq(&cfg.rope, cfg.head_dim).unwrap();
+        let (inv_freq, scaling) = cfg.rope.inv_freq(cfg.head_dim).unwrap();
         let (want, _) = expected.floats("rope.inv_freq");
         let err = relative_error(&inv_freq, &want);
         assert!(err <= 1e-6, "{model_name}: inv_freq relative error {err}");
@@ -131,10 +131,10 @@ fn tree_verify_matches_transformers_masked_forward() {
             let prefix = expected.tokens(&format!("tree{j}.prefix_ids"));
             let tokens = expected.tokens(&format!("tree{j}.tree_ids"));
             let parents = expected.ids(&format!("tree{j}.parents"));
-            let depths: Vec<usize> = expected
+            let depths: Vec<u32> = expected
                 .ids(&format!("tree{j}.depths"))
                 .into_iter()
-                .map(|d| d as usize)
+                .map(|d| d as u32)
                 .collect();
             assert_eq!(
                 depths,

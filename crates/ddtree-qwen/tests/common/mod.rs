@@ -106,8 +106,8 @@ pub fn ancestor_words(parents: &[i64]) -> (Vec<u64>, usize) {
 }
 
 /// Depths from parent indices.
-pub fn depths(parents: &[i64]) -> Vec<usize> {
-    let mut d = vec![0usize; parents.len()];
+pub fn depths(parents: &[i64]) -> Vec<u32> {
+    let mut d = vec![0u32; parents.len()];
     for i in 0..parents.len() {
         if parents[i] >= 0 {
             d[i] = d[parents[i] as usize] + 1;

@@ -3,17 +3,37 @@
 
 use std::f64::consts::PI;
 
-use ddtree_weights::{RopeKind, RopeParameters};
-
+use super::rope::{RopeKind, RopeParameters};
 use crate::error::{Error, Result};
 
-/// Inverse frequencies (one per rotated pair, `rotary_dim / 2` of them, with
-/// `rotary_dim = head_dim · partial_rotary_factor`) and the attention scaling applied to cos and
-/// sin.
-pub fn inv_freq(rope: &RopeParameters, head_dim: usize) -> Result<(Vec<f32>, f32)> {
+impl RopeParameters {
+    /// Inverse frequencies (one per rotated pair, `rotary_dim / 2` of them, with
+    /// `rotary_dim = head_dim · partial_rotary_factor`) and the attention scaling that multiplies
+    /// cos and sin (1 except for YaRN).
+    ///
+    /// ```
+    /// # use ddtree_weights::{RopeKind, RopeParameters};
+    /// let rope = RopeParameters {
+    ///     theta: 10_000.0,
+    ///     kind: RopeKind::Default,
+    ///     partial_rotary_factor: 1.0,
+    ///     mrope_section: None,
+    ///     mrope_interleaved: false,
+    /// };
+    /// let (inv_freq, scaling) = rope.inv_freq(4)?;
+    /// assert_eq!(inv_freq, vec![1.0, 0.01]); // 1 / 10000^(0/4), 1 / 10000^(2/4)
+    /// assert_eq!(scaling, 1.0);
+    /// # Ok::<(), ddtree_weights::Error>(())
+    /// ```
+    pub fn inv_freq(&self, head_dim: usize) -> Result<(Vec<f32>, f32)> {
+        inv_freq(self, head_dim)
+    }
+}
+
+fn inv_freq(rope: &RopeParameters, head_dim: usize) -> Result<(Vec<f32>, f32)> {
     let dim = rope.rotary_dim(head_dim);
     if dim < 2 || dim > head_dim {
-        return Err(Error::Unsupported(format!(
+        return Err(Error::UnsupportedRope(format!(
             "rotary dim {dim} (head_dim {head_dim} × partial_rotary_factor {}) must be in 2..={head_dim}",
             rope.partial_rotary_factor
         )));
@@ -105,7 +125,7 @@ pub fn inv_freq(rope: &RopeParameters, head_dim: usize) -> Result<(Vec<f32>, f32
                 .collect();
             Ok((inv, attention as f32))
         }
-        RopeKind::Dynamic { .. } => Err(Error::Unsupported(
+        RopeKind::Dynamic { .. } => Err(Error::UnsupportedRope(
             "rope_type \"dynamic\" rescales with the sequence length; it is not supported".into(),
         )),
     }

@@ -1,7 +1,11 @@
 //! Layers shared by the target models and the drafter, built only from [`KernelOps`] calls so a
 //! backend's fused kernels apply everywhere.
 
+mod attention;
+
 use burn_tensor::{Int, Tensor, TensorData};
+
+pub use attention::{Attention, HeadShape};
 
 use crate::KernelOps;
 
