@@ -46,7 +46,7 @@ fn bench(c: &mut Criterion) {
     // A binary-ish tree of 17 rows: node i's parent is (i - 1) / 2.
     let n = 17;
     let parents: Vec<usize> = (0..n).map(|i| if i == 0 { 0 } else { (i - 1) / 2 }).collect();
-    let mut depths = vec![0usize; n];
+    let mut depths = vec![0u32; n];
     let mut words = vec![0u64; n];
     for i in 0..n {
         if i > 0 {
