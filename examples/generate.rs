@@ -7,8 +7,8 @@
 //!     --max-new-tokens 64 --tree-budget 16
 //! ```
 //!
-//! The demo pair is the random-weight fixture pair, so its text is noise; the pipeline (and the
-//! check that all three modes produce the same tokens) is real.
+//! The embedded demo pair (`models/demo/`) is a small Qwen3 target and its DFlash drafter trained
+//! on Python source code (`tools/train_demo_pair.py`), so code prompts work best.
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -30,12 +30,12 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let demo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/demo");
     let mut args = Args {
-        target: fixtures.join("qwen3-tiny-tied"),
-        draft: fixtures.join("dflash-tiny"),
-        prompt: "def fibonacci(n):".into(),
-        max_new_tokens: 48,
+        target: demo.join("target"),
+        draft: demo.join("draft"),
+        prompt: "def parse_args(".into(),
+        max_new_tokens: 64,
         tree_budget: 16,
     };
     let mut it = std::env::args().skip(1);

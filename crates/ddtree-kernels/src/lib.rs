@@ -1,12 +1,14 @@
 //! Compute primitives for the DDTree models.
 //!
 //! [`KernelOps`] is a burn backend extension: every method has a default body that calls the
-//! plain-burn-ops reference in [`reference`], so any burn backend (the CPU `NdArray` one used in
+//! plain-burn-ops reference in [`mod@reference`], so any burn backend (the CPU `NdArray` one used in
 //! CI, in f32 or f64) runs the models unchanged. A backend with fused kernels (the CubeCL CUDA
-//! backend) overrides the methods it accelerates, and its tests compare against [`reference`].
+//! backend) overrides the methods it accelerates, and its tests compare against [`mod@reference`].
 //!
 //! [`nn`] builds the layers the models share (linear, RMSNorm, SwiGLU MLP, rotary table, KV
-//! cache) from these primitives.
+//! cache, attention with an optional output gate) from these primitives. The Gated DeltaNet
+//! primitives (causal conv over gathered windows, L2 norm, gates, the parent-indexed gated delta
+//! rule, gated RMSNorm) serve the hybrid Qwen3.5/3.6 targets.
 //!
 //! ```
 //! use burn_ndarray::NdArray;
@@ -52,7 +54,7 @@ pub fn host_f32<B: Backend, const D: usize>(values: Tensor<B, D>) -> Vec<f32> {
         .expect("converted to f32 just above")
 }
 
-/// The operations the models call. Defaults are the [`reference`] implementations; see each
+/// The operations the models call. Defaults are the [`mod@reference`] implementations; see each
 /// reference function for the exact shapes and semantics.
 pub trait KernelOps: Backend {
     /// RMSNorm of `[rows, hidden]` rows with `weight: [hidden]` ([`reference::rms_norm`]).
@@ -96,6 +98,57 @@ pub trait KernelOps: Backend {
         scale: f64,
     ) -> Tensor<Self, 3> {
         reference::cached_attention(q, k_cache, v_cache, ctx, scale)
+    }
+
+    /// `x ⊙ sigmoid(gate)`, the gated attention's output gate ([`reference::sigmoid_mul`]).
+    fn sigmoid_mul(x: Tensor<Self, 2>, gate: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        reference::sigmoid_mul(x, gate)
+    }
+
+    /// Per-row L2 normalisation `x / sqrt(Σx² + eps)` ([`reference::l2_norm`]).
+    fn l2_norm(x: Tensor<Self, 2>, eps: f64) -> Tensor<Self, 2> {
+        reference::l2_norm(x, eps)
+    }
+
+    /// Gated DeltaNet decay `g` and `β` from the `a`, `b` projections ([`reference::gdn_gates`]).
+    fn gdn_gates(
+        a: Tensor<Self, 2>,
+        b: Tensor<Self, 2>,
+        a_log: Tensor<Self, 1>,
+        dt_bias: Tensor<Self, 1>,
+    ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
+        reference::gdn_gates(a, b, a_log, dt_bias)
+    }
+
+    /// Depthwise causal conv1d + SiLU over gathered row windows (sequence or tree ancestors)
+    /// ([`reference::causal_conv1d`]).
+    fn causal_conv1d(rows: Tensor<Self, 2>, windows: &[usize], weight: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        reference::causal_conv1d(rows, windows, weight)
+    }
+
+    /// The gated delta rule over parent-linked rows (a sequence or a tree), returning every row's
+    /// output and the state after the last row; the input state is left untouched
+    /// ([`reference::gated_delta_rule`]).
+    fn gated_delta_rule(
+        q: Tensor<Self, 3>,
+        k: Tensor<Self, 3>,
+        v: Tensor<Self, 3>,
+        g: Tensor<Self, 2>,
+        beta: Tensor<Self, 2>,
+        state: Tensor<Self, 3>,
+        parents: &[i32],
+    ) -> (Tensor<Self, 3>, Tensor<Self, 3>) {
+        reference::gated_delta_rule(q, k, v, g, beta, state, parents)
+    }
+
+    /// `rms_norm(x, weight) ⊙ silu(z)` ([`reference::gated_rms_norm`]).
+    fn gated_rms_norm(
+        x: Tensor<Self, 2>,
+        z: Tensor<Self, 2>,
+        weight: Tensor<Self, 1>,
+        eps: f64,
+    ) -> Tensor<Self, 2> {
+        reference::gated_rms_norm(x, z, weight, eps)
     }
 
     /// Row-wise argmax of `[rows, vocab]` logits ([`reference::argmax`]).

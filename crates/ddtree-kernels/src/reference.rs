@@ -94,14 +94,14 @@ pub fn cached_attention<B: Backend>(
     let q = q.swap_dims(0, 1).reshape([kv_heads, group * n, head_dim]);
     let scores = q.matmul(k.swap_dims(1, 2)).mul_scalar(scale);
 
-    let mut hidden = Vec::with_capacity(kv_heads * group * n * kv_len);
-    for _ in 0..kv_heads * group {
-        for row in 0..n {
-            hidden.extend((0..kv_len).map(|key| !ctx.sees(row, key)));
-        }
+    // One [n, kv_len] mask, tiled over the q heads of a group (rows g·n + i) and the kv heads.
+    let mut hidden = Vec::with_capacity(n * kv_len);
+    for row in 0..n {
+        hidden.extend((0..kv_len).map(|key| !ctx.sees(row, key)));
     }
-    let mask =
-        Tensor::<B, 3, Bool>::from_data(TensorData::new(hidden, [kv_heads, group * n, kv_len]), &device);
+    let mask = Tensor::<B, 3, Bool>::from_data(TensorData::new(hidden, [1, n, kv_len]), &device)
+        .repeat_dim(1, group)
+        .repeat_dim(0, kv_heads);
     let probs = softmax(scores.mask_fill(mask, f32::NEG_INFINITY), 2);
     probs.matmul(v).reshape([q_heads, n, head_dim]).swap_dims(0, 1)
 }
@@ -116,4 +116,150 @@ pub fn argmax<B: Backend>(logits: Tensor<B, 2>) -> Tensor<B, 1, Int> {
 /// their token ids.
 pub fn top_k_log_softmax<B: Backend>(logits: Tensor<B, 2>, k: usize) -> (Tensor<B, 2>, Tensor<B, 2, Int>) {
     log_softmax(logits, 1).topk_with_indices(k, 1)
+}
+
+/// `x ⊙ sigmoid(gate)` with `sigmoid(g) = 1 / (1 + e^-g)` (the gated attention's output gate),
+/// written as a division for the same reasons as [`silu_mul`].
+pub fn sigmoid_mul<B: Backend>(x: Tensor<B, 2>, gate: Tensor<B, 2>) -> Tensor<B, 2> {
+    x / gate.neg().exp().add_scalar(1.0)
+}
+
+/// `x / sqrt(Σ x² + eps)` over the last dimension of `[rows, dim]` (the Gated DeltaNet's per-head
+/// L2 normalisation of q and k; the ε sits inside the root, as in FLA and transformers).
+pub fn l2_norm<B: Backend>(x: Tensor<B, 2>, eps: f64) -> Tensor<B, 2> {
+    let norm = x.clone().square().sum_dim(1).add_scalar(eps).sqrt();
+    x / norm
+}
+
+/// `log(1 + e^x)`, and `x` itself above 20 (PyTorch's `softplus` threshold, so large inputs
+/// neither overflow nor round differently from transformers).
+pub fn softplus<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
+    let linear = x.clone().greater_elem(20.0);
+    x.clone().exp().log1p().mask_where(linear, x)
+}
+
+/// The Gated DeltaNet gates of `[rows, Hv]` projections: decay (log space)
+/// `g = −exp(a_log) · softplus(a + dt_bias)` and `β = sigmoid(b)`, with `a_log`, `dt_bias: [Hv]`.
+pub fn gdn_gates<B: Backend>(
+    a: Tensor<B, 2>,
+    b: Tensor<B, 2>,
+    a_log: Tensor<B, 1>,
+    dt_bias: Tensor<B, 1>,
+) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let rate = a_log.exp().neg().unsqueeze::<2>();
+    let g = softplus(a + dt_bias.unsqueeze::<2>()) * rate;
+    let beta = b.ones_like() / b.neg().exp().add_scalar(1.0);
+    (g, beta)
+}
+
+/// Depthwise causal conv1d with SiLU over gathered windows: `out[i, c] = silu(Σ_j weight[c, j] ·
+/// rows[windows[i·K + j], c])` for `rows: [m, C]`, `weight: [C, K]` and `windows` holding `n·K`
+/// row indices (oldest first, the row itself last). Returns `[n, C]`.
+///
+/// The window of a sequence row is the `K` rows ending at it; the window of a tree node is the
+/// node and its nearest ancestors, so one op serves prefill, decode and tree verify.
+pub fn causal_conv1d<B: Backend>(
+    rows: Tensor<B, 2>,
+    windows: &[usize],
+    weight: Tensor<B, 2>,
+) -> Tensor<B, 2> {
+    let [channels, kernel] = weight.dims();
+    let n = windows.len() / kernel;
+    let index: Vec<i64> = windows.iter().map(|&w| w as i64).collect();
+    let index = Tensor::<B, 1, Int>::from_data(
+        TensorData::new(index, [windows.len()]).convert::<B::IntElem>(),
+        &rows.device(),
+    );
+    let gathered = rows.select(0, index).reshape([n, kernel, channels]);
+    let taps = weight.transpose().unsqueeze::<3>();
+    let sum = (gathered * taps).sum_dim(1).reshape([n, channels]);
+    sum.clone() / sum.neg().exp().add_scalar(1.0)
+}
+
+/// The gated delta rule over rows linked by `parents` (`-1`: the row continues `state`, else
+/// the index of an earlier row it continues). Per value head `h` (reading key head
+/// `h / (Hv / Hk)`), with `S` the parent's state:
+///
+/// `S' = e^g·S + k (β (v − e^g·Sᵀk))ᵀ`, `out = S'ᵀ q`.
+///
+/// `q, k: [n, Hk, Dk]` (L2-normalised; q scaled by `1/√Dk`), `v: [n, Hv, Dv]`, `g, beta: [n,
+/// Hv]`, `state: [Hv, Dk, Dv]` (never modified). Returns `out: [n, Hv, Dv]` and the state after
+/// row `n − 1` (after a sequence: the new state). A sequence is the chain `-1, 0, 1, …`; a tree
+/// gives every node the state of its own path. Rows are visited depth-first, so at most
+/// `depth + 1` states are alive, never one per row.
+pub fn gated_delta_rule<B: Backend>(
+    q: Tensor<B, 3>,
+    k: Tensor<B, 3>,
+    v: Tensor<B, 3>,
+    g: Tensor<B, 2>,
+    beta: Tensor<B, 2>,
+    state: Tensor<B, 3>,
+    parents: &[i32],
+) -> (Tensor<B, 3>, Tensor<B, 3>) {
+    let [n, key_heads, dk] = q.dims();
+    let [_, heads, dv] = v.dims();
+    let group = heads / key_heads;
+    // Value head h reads key head h / group: repeat each key head `group` times in place.
+    let expand = |x: Tensor<B, 3>| {
+        x.unsqueeze_dim::<4>(2)
+            .repeat_dim(2, group)
+            .reshape([n, heads, dk])
+    };
+    let (q, k) = (expand(q), expand(k));
+    let decay = g.exp();
+
+    let mut children = vec![Vec::new(); n];
+    let mut stack = Vec::new();
+    for (row, &parent) in parents.iter().enumerate().rev() {
+        match usize::try_from(parent) {
+            Ok(p) => {
+                assert!(p < row, "row {row}: parent {p} must precede it");
+                children[p].push(row);
+            }
+            Err(_) => stack.push((row, state.clone())),
+        }
+    }
+    let mut outputs: Vec<Option<Tensor<B, 3>>> = vec![None; n];
+    let mut last = state;
+    while let Some((row, parent_state)) = stack.pop() {
+        let at = |t: &Tensor<B, 2>| t.clone().slice([row..row + 1, 0..heads]).reshape([heads, 1, 1]);
+        let kt = k
+            .clone()
+            .slice([row..row + 1, 0..heads, 0..dk])
+            .reshape([heads, 1, dk]);
+        let s = parent_state * at(&decay);
+        let predicted = kt.clone().matmul(s.clone());
+        let vt = v
+            .clone()
+            .slice([row..row + 1, 0..heads, 0..dv])
+            .reshape([heads, 1, dv]);
+        let delta = (vt - predicted) * at(&beta);
+        let s = s + kt.swap_dims(1, 2).matmul(delta);
+        let qt = q
+            .clone()
+            .slice([row..row + 1, 0..heads, 0..dk])
+            .reshape([heads, 1, dk]);
+        outputs[row] = Some(qt.matmul(s.clone()).reshape([1, heads, dv]));
+        if row + 1 == n {
+            last = s.clone();
+        }
+        // Reversed so children are visited in increasing order.
+        stack.extend(children[row].iter().rev().map(|&c| (c, s.clone())));
+    }
+    let outputs = outputs
+        .into_iter()
+        .map(|o| o.expect("every row is reached from a root"))
+        .collect();
+    (Tensor::cat(outputs, 0), last)
+}
+
+/// `rms_norm(x, weight) ⊙ silu(z)` over `[rows, dim]` (the Gated DeltaNet's output norm: a plain
+/// weight, normalised before the gate).
+pub fn gated_rms_norm<B: Backend>(
+    x: Tensor<B, 2>,
+    z: Tensor<B, 2>,
+    weight: Tensor<B, 1>,
+    eps: f64,
+) -> Tensor<B, 2> {
+    rms_norm(x, weight, eps) * z.clone() / z.neg().exp().add_scalar(1.0)
 }

@@ -227,3 +227,229 @@ fn argmax_and_top_k_log_softmax_match_definition() {
         }
     }
 }
+
+#[test]
+fn gate_norm_and_activation_ops_match_definition() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let (rows, dim, eps) = (3, 6, 1e-6);
+    let x = random(&mut rng, rows * dim);
+    let z = random(&mut rng, rows * dim);
+    let w = random(&mut rng, dim);
+    let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
+
+    let expected: Vec<f64> = x.iter().zip(&z).map(|(x, z)| x * sigmoid(*z)).collect();
+    let got = values(B::sigmoid_mul(tensor(&x, [rows, dim]), tensor(&z, [rows, dim])));
+    assert_close(&got, &expected, 1e-12);
+
+    let mut l2 = Vec::new();
+    let mut gated = Vec::new();
+    for r in 0..rows {
+        let row = &x[r * dim..(r + 1) * dim];
+        let norm = (row.iter().map(|v| v * v).sum::<f64>() + eps).sqrt();
+        l2.extend(row.iter().map(|v| v / norm));
+        let rms = (row.iter().map(|v| v * v).sum::<f64>() / dim as f64 + eps).sqrt();
+        for d in 0..dim {
+            let zv = z[r * dim + d];
+            gated.push(row[d] / rms * w[d] * zv * sigmoid(zv));
+        }
+    }
+    assert_close(&values(B::l2_norm(tensor(&x, [rows, dim]), eps)), &l2, 1e-12);
+    let got = B::gated_rms_norm(
+        tensor(&x, [rows, dim]),
+        tensor(&z, [rows, dim]),
+        tensor(&w, [dim]),
+        eps,
+    );
+    assert_close(&values(got), &gated, 1e-12);
+}
+
+#[test]
+fn gdn_gates_match_definition_across_the_softplus_threshold() {
+    let mut rng = StdRng::seed_from_u64(6);
+    let heads = 4;
+    // Row 1 pushes a + dt_bias past 20 (softplus is linear there) and far below 0.
+    let mut a = random(&mut rng, heads);
+    a.extend([25.0, -30.0, 19.5, 0.0]);
+    let b = random(&mut rng, 2 * heads);
+    let a_log = random(&mut rng, heads);
+    let dt_bias = random(&mut rng, heads);
+    let softplus = |v: f64| if v > 20.0 { v } else { v.exp().ln_1p() };
+    let mut g = Vec::new();
+    let mut beta = Vec::new();
+    for r in 0..2 {
+        for h in 0..heads {
+            g.push(-a_log[h].exp() * softplus(a[r * heads + h] + dt_bias[h]));
+            beta.push(1.0 / (1.0 + (-b[r * heads + h]).exp()));
+        }
+    }
+    let (got_g, got_beta) = B::gdn_gates(
+        tensor(&a, [2, heads]),
+        tensor(&b, [2, heads]),
+        tensor(&a_log, [heads]),
+        tensor(&dt_bias, [heads]),
+    );
+    assert_close(&values(got_g), &g, 1e-12);
+    assert_close(&values(got_beta), &beta, 1e-12);
+}
+
+#[test]
+fn causal_conv1d_matches_definition_over_gathered_windows() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let (m, channels, kernel) = (7, 5, 4);
+    let rows = random(&mut rng, m * channels);
+    let weight = random(&mut rng, channels * kernel);
+    // Three windows: a contiguous one, one with repeats, one in arbitrary order.
+    let windows = [0, 1, 2, 3, 2, 2, 5, 6, 6, 0, 4, 1];
+    let n = windows.len() / kernel;
+    let mut expected = Vec::new();
+    for i in 0..n {
+        for c in 0..channels {
+            let s: f64 = (0..kernel)
+                .map(|j| weight[c * kernel + j] * rows[windows[i * kernel + j] * channels + c])
+                .sum();
+            expected.push(s / (1.0 + (-s).exp()));
+        }
+    }
+    let got = B::causal_conv1d(
+        tensor(&rows, [m, channels]),
+        &windows,
+        tensor(&weight, [channels, kernel]),
+    );
+    assert_close(&values(got), &expected, 1e-12);
+}
+
+/// One gated delta rule step by the definition, on a `[Hv, Dk, Dv]` state; returns the output.
+#[allow(clippy::too_many_arguments)]
+fn naive_delta_step(
+    s: &mut [f64],
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    g: &[f64],
+    beta: &[f64],
+    [key_heads, heads, dk, dv]: [usize; 4],
+) -> Vec<f64> {
+    let mut out = vec![0.0; heads * dv];
+    for h in 0..heads {
+        let kh = h / (heads / key_heads);
+        let (qh, khv) = (&q[kh * dk..][..dk], &k[kh * dk..][..dk]);
+        let st = &mut s[h * dk * dv..][..dk * dv];
+        st.iter_mut().for_each(|x| *x *= g[h].exp());
+        for j in 0..dv {
+            let predicted: f64 = (0..dk).map(|i| st[i * dv + j] * khv[i]).sum();
+            let delta = beta[h] * (v[h * dv + j] - predicted);
+            for i in 0..dk {
+                st[i * dv + j] += khv[i] * delta;
+            }
+            out[h * dv + j] = (0..dk).map(|i| st[i * dv + j] * qh[i]).sum();
+        }
+    }
+    out
+}
+
+#[test]
+fn gated_delta_rule_gives_every_row_the_state_of_its_own_path() {
+    let mut rng = StdRng::seed_from_u64(8);
+    let dims @ [key_heads, heads, dk, dv] = [2, 4, 3, 5];
+    // A tree with siblings and a second root, and a chain.
+    let tree = [-1, 0, 0, 1, 2, 3, -1, 6, 1];
+    let chain = [-1, 0, 1, 2, 3];
+    for parents in [&tree[..], &chain[..]] {
+        let n = parents.len();
+        let q = random(&mut rng, n * key_heads * dk);
+        let k = random(&mut rng, n * key_heads * dk);
+        let v = random(&mut rng, n * heads * dv);
+        let g: Vec<f64> = random(&mut rng, n * heads).iter().map(|x| x - 0.5).collect();
+        let beta: Vec<f64> = random(&mut rng, n * heads)
+            .iter()
+            .map(|x| (x + 1.0) / 2.0)
+            .collect();
+        let state = random(&mut rng, heads * dk * dv);
+
+        let mut states: Vec<Vec<f64>> = Vec::new();
+        let mut expected = Vec::new();
+        for row in 0..n {
+            let mut s = match parents[row] {
+                -1 => state.clone(),
+                p => states[p as usize].clone(),
+            };
+            let at = |x: &[f64], w: usize| x[row * w..(row + 1) * w].to_vec();
+            expected.extend(naive_delta_step(
+                &mut s,
+                &at(&q, key_heads * dk),
+                &at(&k, key_heads * dk),
+                &at(&v, heads * dv),
+                &at(&g, heads),
+                &at(&beta, heads),
+                dims,
+            ));
+            states.push(s);
+        }
+        let (out, last) = B::gated_delta_rule(
+            tensor(&q, [n, key_heads, dk]),
+            tensor(&k, [n, key_heads, dk]),
+            tensor(&v, [n, heads, dv]),
+            tensor(&g, [n, heads]),
+            tensor(&beta, [n, heads]),
+            tensor(&state, [heads, dk, dv]),
+            parents,
+        );
+        assert_close(&values(out), &expected, 1e-12);
+        assert_close(&values(last), &states[n - 1], 1e-12);
+    }
+}
+
+#[test]
+fn gated_attention_multiplies_by_the_sigmoid_of_each_heads_gate_rows() {
+    use ddtree_kernels::nn::{Attention, HeadShape, KvCache, RmsNorm};
+    let mut rng = StdRng::seed_from_u64(9);
+    let shape = HeadShape {
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 4,
+    };
+    let (n, width) = (3, 8); // hidden = heads · head_dim, so o_proj can be the identity
+    let device = Default::default();
+    let query_w = random(&mut rng, width * width);
+    let gate_w = random(&mut rng, width * width);
+    let kv_w = random(&mut rng, 2 * 4 * width);
+    let x = random(&mut rng, n * width);
+    // The checkpoint layout: per head, its query rows then its gate rows.
+    let interleaved: Vec<f64> = (0..shape.heads)
+        .flat_map(|h| {
+            let rows = h * 4 * width..(h + 1) * 4 * width;
+            query_w[rows.clone()]
+                .iter()
+                .chain(&gate_w[rows])
+                .copied()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let identity: Vec<f64> = (0..width * width)
+        .map(|i| if i / width == i % width { 1.0 } else { 0.0 })
+        .collect();
+    let norm = || RmsNorm::new(tensor(&[1.0; 4], [4]), 1e-6);
+    let weights = |q: &[f64], rows: usize| {
+        [
+            tensor(q, [rows, width]),
+            tensor(&kv_w[..4 * width], [4, width]),
+            tensor(&kv_w[4 * width..], [4, width]),
+            tensor(&identity, [width, width]),
+        ]
+    };
+    let cache = || KvCache::<B>::new(1, 8, 4, &device);
+    let mut plain = Attention::new(weights(&query_w, width), norm(), norm(), shape, cache());
+    let mut gated = Attention::new_gated(weights(&interleaved, 2 * width), norm(), norm(), shape, cache());
+    let (cos, sin) = (tensor(&[1.0; 6], [n, 2]), tensor(&[0.0; 6], [n, 2]));
+    let ctx = AttentionContext::causal(0);
+    let x = tensor(&x, [n, width]);
+    let attn = values(plain.forward(x.clone(), cos.clone(), sin.clone(), &ctx, 0));
+    let got = values(gated.forward(x.clone(), cos, sin, &ctx, 0));
+    let gate = values(<B as KernelOps>::linear(x, tensor(&gate_w, [width, width])));
+    let expected: Vec<f64> = attn
+        .iter()
+        .zip(&gate)
+        .map(|(a, g)| a / (1.0 + (-g).exp()))
+        .collect();
+    assert_close(&got, &expected, 1e-12);
+}

@@ -7,12 +7,16 @@
 //! hidden features of the layers the drafter reads (`capture_layers`; layer `L`'s output, which is
 //! Hugging Face's `hidden_states[L + 1]`).
 //!
-//! Models: [`Qwen3`] (dense). All run on any backend implementing
-//! [`ddtree_kernels::KernelOps`].
+//! Models: [`Qwen3`] (dense) and [`Qwen35`] (the Qwen3.5/3.6 hybrid of Gated DeltaNet and gated
+//! attention layers, whose tree verify gives every node the recurrent state of its own path).
+//! All run on any backend implementing [`ddtree_kernels::KernelOps`].
 
 mod cursor;
+mod decoder;
 mod error;
+mod gated_delta_net;
 mod qwen3;
+mod qwen35;
 mod target;
 
 use burn_tensor::Tensor;
@@ -20,6 +24,7 @@ use ddtree_kernels::{AncestorBits, KernelOps};
 
 pub use error::{Error, Result};
 pub use qwen3::Qwen3;
+pub use qwen35::Qwen35;
 
 /// How to load a target.
 #[derive(Clone, Debug, Default)]
@@ -74,6 +79,37 @@ impl TreeBlock<'_> {
             return Err(Error::InvalidTree(format!("node {row} does not see itself")));
         }
         check_vocab(self.tokens, vocab)
+    }
+
+    /// Each node's parent (`-1` for a root), for recurrent layers. Checks what attention alone
+    /// does not need: every node's ancestor set is its parent's (the visible node one level up)
+    /// plus itself, so the tree the mask describes and the parent links agree.
+    fn parents(&self) -> Result<Vec<i32>> {
+        let (bits, words) = (self.ancestors.words(), self.ancestors.words_per_row());
+        let row = |i: usize| &bits[i * words..(i + 1) * words];
+        let mut parents = Vec::with_capacity(self.tokens.len());
+        for (i, &depth) in self.depths.iter().enumerate() {
+            let parent = (depth > 0)
+                .then(|| {
+                    (0..i)
+                        .rev()
+                        .find(|&j| self.ancestors.sees(i, j) && self.depths[j] + 1 == depth)
+                })
+                .flatten();
+            let consistent = (depth == 0 || parent.is_some())
+                && (0..words).all(|w| {
+                    let inherited = parent.map_or(0, |p| row(p)[w]);
+                    let own = if w == i / 64 { 1u64 << (i % 64) } else { 0 };
+                    row(i)[w] == inherited | own
+                });
+            if !consistent {
+                return Err(Error::InvalidTree(format!(
+                    "node {i} (depth {depth}) must see exactly its parent's ancestors and itself"
+                )));
+            }
+            parents.push(parent.map_or(-1, |p| p as i32));
+        }
+        Ok(parents)
     }
 }
 

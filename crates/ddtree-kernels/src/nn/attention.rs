@@ -1,6 +1,6 @@
 //! The Qwen-family attention layer shared by the targets and the DFlash drafter: fused QKV
 //! projection, per-head q/k RMSNorm, rotary embedding, KV-cache write, attention over the
-//! cache, output projection.
+//! cache, optional sigmoid output gate (Qwen3.5/3.6), output projection.
 
 use burn_tensor::Tensor;
 
@@ -19,9 +19,11 @@ pub struct HeadShape {
 }
 
 /// One attention layer with its KV cache.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Attention<B: KernelOps> {
+    /// `[q | gate | k | v]` (no gate rows when ungated).
     qkv: Linear<B>,
+    gated: bool,
     o_proj: Linear<B>,
     q_norm: RmsNorm<B>,
     k_norm: RmsNorm<B>,
@@ -40,6 +42,39 @@ impl<B: KernelOps> Attention<B> {
     ) -> Self {
         Self {
             qkv: Linear::fused(vec![q_proj, k_proj, v_proj]),
+            gated: false,
+            o_proj: Linear::new(o_proj),
+            q_norm,
+            k_norm,
+            shape,
+            cache,
+        }
+    }
+
+    /// The gated attention of Qwen3.5/3.6: `q_proj` is `[heads · 2 · head_dim, hidden]`, each
+    /// head's rows holding its query then its gate (a per-head interleave), and the attention
+    /// output is multiplied by `sigmoid(gate)` before `o_proj`. The rows are regrouped here, once,
+    /// into all queries then all gates, so the forward slices contiguous columns.
+    pub fn new_gated(
+        [q_proj, k_proj, v_proj, o_proj]: [Tensor<B, 2>; 4],
+        q_norm: RmsNorm<B>,
+        k_norm: RmsNorm<B>,
+        shape: HeadShape,
+        cache: KvCache<B>,
+    ) -> Self {
+        let (heads, head_dim) = (shape.heads, shape.head_dim);
+        let hidden = q_proj.dims()[1];
+        let per_head = q_proj.reshape([heads, 2 * head_dim, hidden]);
+        let half = |range: std::ops::Range<usize>| {
+            per_head
+                .clone()
+                .slice([0..heads, range, 0..hidden])
+                .reshape([heads * head_dim, hidden])
+        };
+        let (query, gate) = (half(0..head_dim), half(head_dim..2 * head_dim));
+        Self {
+            qkv: Linear::fused(vec![query, gate, k_proj, v_proj]),
+            gated: true,
             o_proj: Linear::new(o_proj),
             q_norm,
             k_norm,
@@ -74,12 +109,16 @@ impl<B: KernelOps> Attention<B> {
             .clone()
             .slice([context_rows..n, 0..q_width])
             .reshape([queries, heads, head_dim]);
+        let gate = self
+            .gated
+            .then(|| qkv.clone().slice([context_rows..n, q_width..2 * q_width]));
+        let k_at = if self.gated { 2 * q_width } else { q_width };
         let k = qkv
             .clone()
-            .slice([0..n, q_width..q_width + kv_width])
+            .slice([0..n, k_at..k_at + kv_width])
             .reshape([n, kv_heads, head_dim]);
         let v = qkv
-            .slice([0..n, q_width + kv_width..q_width + 2 * kv_width])
+            .slice([0..n, k_at + kv_width..k_at + 2 * kv_width])
             .reshape([n, kv_heads, head_dim]);
 
         let [_, half] = cos.dims();
@@ -92,8 +131,12 @@ impl<B: KernelOps> Attention<B> {
         self.cache.write(k, v, ctx.prefix_len - context_rows);
         let (keys, values) = self.cache.tensors();
         let scale = (head_dim as f64).powf(-0.5);
-        let out = B::cached_attention(q, keys, values, ctx, scale);
-        self.o_proj.forward(out.reshape([queries, q_width]))
+        let out = B::cached_attention(q, keys, values, ctx, scale).reshape([queries, q_width]);
+        let out = match gate {
+            Some(gate) => B::sigmoid_mul(out, gate),
+            None => out,
+        };
+        self.o_proj.forward(out)
     }
 
     /// Commit: moves the accepted rows of the block at `at` to contiguous positions.

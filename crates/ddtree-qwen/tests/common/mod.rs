@@ -33,7 +33,7 @@ impl Expected {
     }
 
     pub fn has(&self, name: &str) -> bool {
-        self.view().names().iter().any(|n| *n == name)
+        self.view().names().contains(&name)
     }
 
     /// An int64 tensor as u32 token ids (or -1 → u32::MAX for a root's parent).
