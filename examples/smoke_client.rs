@@ -1,8 +1,9 @@
 //! Smoke test of a running `ddtree-server`: one greedy chat completion with a DDTree budget, and
-//! what came back.
+//! what came back. The prompt asks for code: the default model (the demo pair in `models/demo/`)
+//! is a small model trained on Python source, so it answers with Python-looking code.
 //!
 //! ```sh
-//! cargo run --release -p ddtree-server &                 # the demo model on 127.0.0.1:30000
+//! cargo run --release -p ddtree-server &                 # the demo pair on 127.0.0.1:30000
 //! cargo run --example smoke_client                       # or: -- --url http://HOST:PORT --api-key KEY
 //! ```
 
@@ -26,8 +27,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let body = json!({
-        "messages": [{"role": "user", "content": "Say hello in one short sentence."}],
-        "max_tokens": 24,
+        "messages": [{"role": "user", "content": "Write a Python function that reverses a string"}],
+        "max_tokens": 64,
         "temperature": 0,
         "tree_budget": 16,
     });

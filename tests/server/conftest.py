@@ -1,4 +1,10 @@
-"""Starts the real `ddtree-server` binary (demo model, CPU) for the conformance suite.
+"""Starts the real `ddtree-server` binary (CPU) for the conformance suite.
+
+Two models: the default one (no model flags: the trained demo pair in `models/demo/`, a small
+code model), which the smoke, chat and model tests use, and the tiny random-weight fixtures
+(`--target fixtures/qwen3-tiny-tied --draft fixtures/dflash-tiny`: 512-token context, 1024-token
+vocabulary), which keep the mechanics tests (errors, auth, load, cancellation, stop strings, ...)
+fast and are the model several of them are written against.
 
 The binary is `$DDTREE_SERVER_BIN` if set, else `target/release/ddtree-server` after
 `cargo build --release -p ddtree-server`. Every server listens on a free loopback port and is
@@ -17,6 +23,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "test-key-123"
+
+# The model id the default server reports: the demo target directory's name (models/demo/target).
+DEFAULT_MODEL = "target"
+# The tiny random-weight fixtures, and the id they are served under.
+TINY = ["--target", str(ROOT / "fixtures/qwen3-tiny-tied"), "--draft", str(ROOT / "fixtures/dflash-tiny")]
+TINY_MODEL = "qwen3-tiny-tied"
 
 
 def server_binary() -> Path:
@@ -109,32 +121,38 @@ def _serve(binary, args, api_key=None):
 
 @pytest.fixture(scope="session")
 def server(binary):
-    """The default server: demo model, no API key."""
+    """The default server, started with no model flags: the demo pair, no API key."""
     yield from _serve(binary, [])
 
 
 @pytest.fixture(scope="session")
+def tiny_server(binary):
+    """The tiny random-weight fixtures, no API key."""
+    yield from _serve(binary, TINY)
+
+
+@pytest.fixture(scope="session")
 def keyed_server(binary):
-    """A server that requires API_KEY."""
-    yield from _serve(binary, [], api_key=API_KEY)
+    """The tiny fixtures behind API_KEY."""
+    yield from _serve(binary, TINY, api_key=API_KEY)
 
 
 @pytest.fixture(scope="session")
 def small_queue_server(binary):
-    """A server that lets one request wait behind the running one."""
-    yield from _serve(binary, ["--max-queue", "1"])
+    """The tiny fixtures, letting one request wait behind the running one."""
+    yield from _serve(binary, [*TINY, "--max-queue", "1"])
 
 
 @pytest.fixture(scope="session")
 def long_server(binary):
-    """A server with a long context, for requests that run long enough to cancel."""
-    yield from _serve(binary, ["--max-context", "4096"])
+    """The tiny fixtures with a long context, for requests that run long enough to cancel."""
+    yield from _serve(binary, [*TINY, "--max-context", "4096"])
 
 
 @pytest.fixture(scope="session")
 def think_server(binary):
-    """A server whose chat template opens <think> in the prompt (Qwen3.5 style)."""
-    yield from _serve(binary, ["--chat-template", str(Path(__file__).parent / "think_open.jinja")])
+    """The tiny fixtures with a chat template that opens <think> in the prompt (Qwen3.5 style)."""
+    yield from _serve(binary, [*TINY, "--chat-template", str(Path(__file__).parent / "think_open.jinja")])
 
 
 @pytest.fixture(scope="session")
@@ -143,8 +161,9 @@ def client(server) -> openai.OpenAI:
 
 
 def chat_body(content="Say hello in one short sentence.", **kw) -> dict:
+    """A greedy chat body. It names no `model` (the server accepts that), so it suits every
+    server; pass `model=` to send one."""
     body = {
-        "model": "qwen3-tiny-tied",
         "messages": [{"role": "user", "content": content}],
         "max_tokens": 24,
         "temperature": 0,

@@ -4,7 +4,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import API_KEY, chat_body
+from conftest import API_KEY, TINY_MODEL, chat_body
 
 
 def assert_401(r: httpx.Response):
@@ -20,7 +20,7 @@ def assert_401(r: httpx.Response):
     ("POST", "/v1/completions"),
     ("POST", "/v1/chat/completions/render"),
     ("GET", "/v1/models"),
-    ("GET", "/v1/models/qwen3-tiny-tied"),
+    ("GET", f"/v1/models/{TINY_MODEL}"),
     ("GET", "/metrics"),
     ("GET", "/v1/unknown"),
 ])
@@ -47,7 +47,7 @@ def test_the_right_key_works_as_bearer_or_x_api_key(keyed_server):
 
 def test_openai_client_with_and_without_the_key(keyed_server):
     ok = keyed_server.client()
-    assert ok.chat.completions.create(model="qwen3-tiny-tied", messages=[{"role": "user", "content": "hi"}],
+    assert ok.chat.completions.create(model=TINY_MODEL, messages=[{"role": "user", "content": "hi"}],
                                       max_tokens=2).usage.completion_tokens >= 1
     bad = openai.OpenAI(base_url=keyed_server.url + "/v1", api_key="nope", max_retries=0)
     with pytest.raises(openai.AuthenticationError):

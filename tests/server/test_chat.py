@@ -1,15 +1,22 @@
 """Chat and text completions against the real server: shapes, streaming, parameters, the
-`ddtree` object, stop strings, reasoning and lossless greedy output across modes."""
+`ddtree` object, stop strings, reasoning and lossless greedy output across modes.
+
+`server` / `client` are the default server (no model flags: the trained demo code model);
+`tiny_server` is the tiny random-weight fixtures, for the mechanics tests that send many requests.
+"""
 
 import json
+import keyword
+import re
 
 import httpx
 import openai
 import pytest
 
-from conftest import chat_body, sse_events
+from conftest import DEFAULT_MODEL, TINY_MODEL, chat_body, sse_events
 
 PROMPT = "Say hello in one short sentence."
+CODE_PROMPT = "Write a Python function that reverses a string"
 
 
 def check_ddtree(d: dict, completion_tokens: int, budget: int | None = None):
@@ -38,15 +45,15 @@ def check_ddtree(d: dict, completion_tokens: int, budget: int | None = None):
 
 def test_non_stream_shape_with_the_openai_client(client):
     r = client.chat.completions.create(
-        model="qwen3-tiny-tied",
-        messages=[{"role": "user", "content": PROMPT}],
+        model=DEFAULT_MODEL,
+        messages=[{"role": "user", "content": CODE_PROMPT}],
         max_tokens=24,
         temperature=0,
         extra_body={"tree_budget": 16},
     )
     assert r.id.startswith("chatcmpl-")
     assert r.object == "chat.completion"
-    assert r.model == "qwen3-tiny-tied"
+    assert r.model == DEFAULT_MODEL
     assert r.system_fingerprint
     assert len(r.choices) == 1
     choice = r.choices[0]
@@ -66,7 +73,7 @@ def test_non_stream_shape_with_the_openai_client(client):
 
 
 def test_stream_shape_include_usage_and_done(server):
-    body = chat_body(stream=True, stream_options={"include_usage": True})
+    body = chat_body(CODE_PROMPT, stream=True, stream_options={"include_usage": True})
     with server.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
@@ -91,7 +98,8 @@ def test_stream_shape_include_usage_and_done(server):
 
 
 def test_stream_without_include_usage_puts_ddtree_on_the_finish_chunk(server):
-    with server.http() as http, http.stream("POST", "/v1/chat/completions", json=chat_body(stream=True)) as r:
+    body = chat_body(CODE_PROMPT, stream=True)
+    with server.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as r:
         lines, events = sse_events(r)
     assert lines[-1] == "data: [DONE]" or [l for l in lines if l][-1] == "data: [DONE]"
     assert all("usage" not in e for e in events)
@@ -100,9 +108,11 @@ def test_stream_without_include_usage_puts_ddtree_on_the_finish_chunk(server):
 
 
 @pytest.mark.parametrize("budget", [0, 4, 16, "chain"])
-def test_stream_concatenates_to_the_non_stream_text(client, budget):
+def test_stream_concatenates_to_the_non_stream_text(tiny_server, budget):
+    """On the random-weight model, whose text is a hard case for the streaming detokenizer."""
+    client = tiny_server.client()
     messages = [{"role": "user", "content": "Tell me a story about a robot."}]
-    kw = dict(model="qwen3-tiny-tied", messages=messages, max_tokens=40, temperature=0,
+    kw = dict(model=TINY_MODEL, messages=messages, max_tokens=40, temperature=0,
               extra_body={"tree_budget": budget, "ignore_eos": True})
     whole = client.chat.completions.create(**kw)
     chunks = list(client.chat.completions.create(stream=True, **kw))
@@ -115,10 +125,17 @@ def test_stream_concatenates_to_the_non_stream_text(client, budget):
     assert whole.ddtree["tree_budget"] == {0: 0, "chain": 15}.get(budget, budget)
 
 
-def test_greedy_output_is_the_same_in_every_mode(server):
+@pytest.mark.parametrize("which,prompts", [
+    # The trained pair: long accepted paths, deep trees.
+    ("server", [CODE_PROMPT]),
+    # Random weights: drafts are nearly always rejected.
+    ("tiny_server", ["Hello", "What is 2+2?", "Write a haiku about the sea."]),
+])
+def test_greedy_output_is_the_same_in_every_mode(request, which, prompts):
     """Lossless: DDTree, DFlash chain and autoregressive decoding emit the same tokens."""
+    server = request.getfixturevalue(which)
     with server.http() as http:
-        for prompt in ["Hello", "What is 2+2?", "Write a haiku about the sea."]:
+        for prompt in prompts:
             texts = set()
             for budget in [0, 1, 3, 16, 64, "chain"]:
                 r = http.post("/v1/chat/completions", json=chat_body(
@@ -127,8 +144,8 @@ def test_greedy_output_is_the_same_in_every_mode(server):
             assert len(texts) == 1, (prompt, texts)
 
 
-def test_max_tokens_and_max_completion_tokens_are_both_honoured(server):
-    with server.http() as http:
+def test_max_tokens_and_max_completion_tokens_are_both_honoured(tiny_server):
+    with tiny_server.http() as http:
         for field in ["max_tokens", "max_completion_tokens"]:
             body = chat_body(ignore_eos=True)
             del body["max_tokens"]
@@ -141,8 +158,8 @@ def test_max_tokens_and_max_completion_tokens_are_both_honoured(server):
         assert same["usage"]["completion_tokens"] == 5
 
 
-def test_stop_strings_cut_the_text_streamed_or_not(server):
-    with server.http() as http:
+def test_stop_strings_cut_the_text_streamed_or_not(tiny_server):
+    with tiny_server.http() as http:
         full = http.post("/v1/chat/completions", json=chat_body(
             max_tokens=60, ignore_eos=True)).json()["choices"][0]["message"]["content"]
         # A short ASCII piece from the middle of the greedy output.
@@ -164,8 +181,8 @@ def test_stop_strings_cut_the_text_streamed_or_not(server):
         assert events[-1]["choices"][0]["finish_reason"] == "stop"
 
 
-def test_seeded_sampling_is_reproducible(server):
-    with server.http() as http:
+def test_seeded_sampling_is_reproducible(tiny_server):
+    with tiny_server.http() as http:
         def run(seed):
             return http.post("/v1/chat/completions", json=chat_body(
                 temperature=1.0, top_p=0.9, top_k=50, seed=seed, ignore_eos=True)).json()
@@ -212,23 +229,24 @@ def test_enable_thinking_reaches_the_template(server):
 
 def test_text_completions(server):
     client = server.client()
-    r = client.completions.create(model="qwen3-tiny-tied", prompt="def main():", max_tokens=10,
+    r = client.completions.create(model=DEFAULT_MODEL, prompt="def main():", max_tokens=10,
                                   temperature=0, extra_body={"ignore_eos": True})
     assert r.object == "text_completion"
     assert r.id.startswith("cmpl-")
     assert r.usage.completion_tokens == 10
-    chunks = list(client.completions.create(model="qwen3-tiny-tied", prompt="def main():", max_tokens=10,
+    chunks = list(client.completions.create(model=DEFAULT_MODEL, prompt="def main():", max_tokens=10,
                                             temperature=0, stream=True, extra_body={"ignore_eos": True}))
     assert "".join(c.choices[0].text for c in chunks if c.choices) == r.choices[0].text
-    ids = client.completions.create(model="qwen3-tiny-tied", prompt=[1, 2, 3], max_tokens=3, temperature=0)
+    ids = client.completions.create(model=DEFAULT_MODEL, prompt=[1, 2, 3], max_tokens=3, temperature=0)
     assert ids.usage.prompt_tokens == 3
 
 
 def test_models_health_and_metrics(server):
     client = server.client()
     models = client.models.list()
-    assert [m.id for m in models.data] == ["qwen3-tiny-tied"]
-    assert client.models.retrieve("qwen3-tiny-tied").id == "qwen3-tiny-tied"
+    assert [m.id for m in models.data] == [DEFAULT_MODEL]
+    assert models.data[0].max_model_len == 4096  # the demo target's max_position_embeddings
+    assert client.models.retrieve(DEFAULT_MODEL).id == DEFAULT_MODEL
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("gpt-4o")
     assert httpx.get(server.url + "/health").json() == {"status": "ok"}
@@ -261,3 +279,27 @@ def test_metrics_reconcile_with_the_ddtree_object(server):
     assert delta("ddtree_spec_decode_num_accepted_tokens_total") == d["ddtree"]["num_accepted_draft_tokens"]
     assert delta("ddtree_spec_decode_num_drafts_total") == d["ddtree"]["decode_rounds"]
     assert delta('ddtree_requests_total{status="200",finish_reason="length"}') == 1
+
+
+def test_a_chat_request_for_code_gets_code_from_the_default_model(server):
+    """The demo pair is a small code model: greedy output for a code request reads like Python
+    source (it never saw chat data, so it writes code rather than answering)."""
+    client = server.client()
+    kw = dict(model=DEFAULT_MODEL, messages=[{"role": "user", "content": CODE_PROMPT}], max_tokens=64,
+              temperature=0)
+    r = client.chat.completions.create(**kw)
+    text = r.choices[0].message.content
+    assert r.usage.completion_tokens >= 32, text
+    assert len(text) >= 80, text
+    assert "\ufffd" not in text
+    assert "<|" not in text  # no special tokens leak into the text
+    printable = sum(c.isascii() and (c.isprintable() or c in "\n\t") for c in text)
+    assert printable >= 0.95 * len(text), text
+    assert text.count("\n") >= 3, text  # several lines
+    words = set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", text))
+    assert len(words & set(keyword.kwlist)) >= 2, text  # e.g. from / import / def / return
+    # A trained drafter: rounds accept several tokens on average (random weights give about 1).
+    assert r.ddtree["mean_acceptance_length"] >= 2, r.ddtree
+    # Streamed, the same text.
+    chunks = list(client.chat.completions.create(stream=True, **kw))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text

@@ -14,6 +14,13 @@ ROOT = Path(__file__).resolve().parents[2]
 MSG = [{"role": "user", "content": "hi"}]
 
 
+@pytest.fixture(scope="module")
+def server(tiny_server):
+    """These cases are written against the tiny fixtures (served as `qwen3-tiny-tied`, 512-token
+    context, 1024-token vocabulary), which also keep them fast."""
+    return tiny_server
+
+
 def error_of(r: httpx.Response, status: int, code: str | None = None, param: str | None = None) -> dict:
     assert r.status_code == status, (r.status_code, r.text)
     assert r.headers["content-type"].startswith("application/json")

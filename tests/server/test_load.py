@@ -1,4 +1,5 @@
-"""Cancellation, concurrency and the queue bound, against the real server."""
+"""Cancellation, concurrency and the queue bound, against the real server (on the tiny fixtures,
+which keep the many requests fast)."""
 
 import threading
 import time
@@ -6,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from conftest import chat_body
+from conftest import TINY_MODEL, chat_body
 
 LONG = 4000  # tokens: far more than the few rounds a cancelled request may run
 
@@ -58,7 +59,8 @@ def test_a_non_stream_client_timing_out_frees_the_engine(long_server):
     check_freed(long_server, before)
 
 
-def test_32_concurrent_clients_are_all_answered_correctly(server):
+def test_32_concurrent_clients_are_all_answered_correctly(tiny_server):
+    server = tiny_server
     prompts = [f"Question number {i}: what is {i} + {i}?" for i in range(4)]
     with server.http() as http:
         expected = [
@@ -72,7 +74,7 @@ def test_32_concurrent_clients_are_all_answered_correctly(server):
         client = server.client(timeout=120)
         barrier.wait()
         r = client.chat.completions.create(
-            model="qwen3-tiny-tied", messages=[{"role": "user", "content": prompts[i % 4]}],
+            model=TINY_MODEL, messages=[{"role": "user", "content": prompts[i % 4]}],
             max_tokens=16, temperature=0, stream=(i % 2 == 1))
         if i % 2:
             results[i] = "".join(c.choices[0].delta.content or "" for c in r if c.choices)

@@ -9,7 +9,7 @@
 use burn_tensor::{Int, Tensor, TensorData};
 use ddtree_kernels::nn::{Attention, HeadShape, KvCache, Linear, Mlp, RmsNorm, RopeTable};
 use ddtree_kernels::{AttentionContext, KernelOps, Visibility};
-use ddtree_weights::{Checkpoint, DFlashConfig, DraftLayerType};
+use ddtree_weights::{Checkpoint, DFlashConfig, DraftLayerType, TensorSource};
 
 use crate::error::{Error, Result};
 
@@ -35,9 +35,9 @@ struct DraftLayer<B: KernelOps> {
 }
 
 impl<B: KernelOps> DraftLayer<B> {
-    fn load(
+    fn load<S: TensorSource>(
         cfg: &DFlashConfig,
-        ckpt: &Checkpoint,
+        source: &S,
         layer: usize,
         capacity: usize,
         device: &B::Device,
@@ -51,10 +51,10 @@ impl<B: KernelOps> DraftLayer<B> {
         };
         let (q_width, kv_width) = (shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim);
         let linear = |name: &str, out: usize, inp: usize| -> Result<Tensor<B, 2>> {
-            Ok(ckpt.tensor::<B, 2>(&format!("{p}.{name}.weight"), [out, inp], device)?)
+            Ok(source.tensor::<B, 2>(&format!("{p}.{name}.weight"), [out, inp], device)?)
         };
         let norm = |name: &str, dim: usize| -> Result<RmsNorm<B>> {
-            let w = ckpt.tensor::<B, 1>(&format!("{p}.{name}.weight"), [dim], device)?;
+            let w = source.tensor::<B, 1>(&format!("{p}.{name}.weight"), [dim], device)?;
             Ok(RmsNorm::new(w, cfg.rms_norm_eps))
         };
         // The newest reference: `is_causal` from the config, else causal iff sliding.
@@ -168,10 +168,11 @@ impl<B: KernelOps> DFlash<B> {
         Self::load(config, &ckpt, target, max_context, device)
     }
 
-    /// Builds the drafter from a parsed config and an opened checkpoint.
-    pub fn load(
+    /// Builds the drafter from a parsed config and a tensor source: an opened [`Checkpoint`], or
+    /// [`ddtree_weights::RandomWeights`] (benchmarks of real shapes).
+    pub fn load<S: TensorSource>(
         config: DFlashConfig,
-        ckpt: &Checkpoint,
+        source: &S,
         target: TargetHead<B>,
         max_context: usize,
         device: &B::Device,
@@ -211,16 +212,16 @@ impl<B: KernelOps> DFlash<B> {
         let hidden = config.hidden_size;
         let feature_width = config.target_layer_ids.len() * target_hidden;
         let capacity = max_context + config.block_size;
-        let fc = Linear::new(ckpt.tensor::<B, 2>("fc.weight", [hidden, feature_width], device)?);
+        let fc = Linear::new(source.tensor::<B, 2>("fc.weight", [hidden, feature_width], device)?);
         let hidden_norm = RmsNorm::new(
-            ckpt.tensor::<B, 1>("hidden_norm.weight", [hidden], device)?,
+            source.tensor::<B, 1>("hidden_norm.weight", [hidden], device)?,
             config.rms_norm_eps,
         );
         let layers = (0..config.num_hidden_layers)
-            .map(|l| DraftLayer::load(&config, ckpt, l, capacity, device))
+            .map(|l| DraftLayer::load(&config, source, l, capacity, device))
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::new(
-            ckpt.tensor::<B, 1>("norm.weight", [hidden], device)?,
+            source.tensor::<B, 1>("norm.weight", [hidden], device)?,
             config.rms_norm_eps,
         );
         let (inv_freq, scaling) = config.rope.inv_freq(config.head_dim)?;

@@ -25,6 +25,8 @@
 //! assert!((y[1] - 8.0 / 12.5f32.sqrt()).abs() < 1e-6);
 //! ```
 
+#[cfg(feature = "cube")]
+pub mod cube;
 pub mod mask;
 pub mod nn;
 pub mod reference;

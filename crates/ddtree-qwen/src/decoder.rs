@@ -1,31 +1,37 @@
-//! What the Qwen targets share: checkpoint reading helpers, the pre-norm decoder layer around a
-//! token mixer, and the stack (embeddings, layers, final norm, LM head, rotary table, feature
-//! capture, cursor) that runs prefill, tree verify and commit. A model file only says which mixer
-//! each layer has and how its weights are named.
+//! What the Qwen targets share: weight reading helpers (over any [`TensorSource`]: a checkpoint,
+//! random weights), the pre-norm decoder layer around a token mixer, and the stack (embeddings,
+//! layers, final norm, LM head, rotary table, feature capture, cursor) that runs prefill, tree
+//! verify and commit. A model file only says which mixer each layer has and how its weights are
+//! named.
 
 use std::cell::OnceCell;
 
 use burn_tensor::{Int, Tensor, TensorData};
 use ddtree_kernels::nn::{Attention, HeadShape, KvCache, Linear, Mlp, RmsNorm, RopeTable};
 use ddtree_kernels::{AttentionContext, KernelOps, Visibility};
-use ddtree_weights::Checkpoint;
+use ddtree_weights::TensorSource;
 
 use crate::cursor::{Cursor, is_identity};
 use crate::error::{Error, Result};
 use crate::{ForwardOutput, LoadOptions, TreeBlock, check_vocab};
 
-/// Reads one model's tensors with its norm convention.
-pub(crate) struct Weights<'a, B: KernelOps> {
-    pub(crate) ckpt: &'a Checkpoint,
+/// Reads one model's tensors from a source (a checkpoint, random weights) with its norm
+/// convention.
+pub(crate) struct Weights<'a, B: KernelOps, S> {
+    pub(crate) source: &'a S,
     pub(crate) device: &'a B::Device,
     pub(crate) eps: f64,
     /// Qwen3.5/3.6 norms scale by `1 + w`: one is added at load time so [`RmsNorm`] applies.
     pub(crate) zero_centred: bool,
 }
 
-impl<B: KernelOps> Weights<'_, B> {
+impl<B: KernelOps, S: TensorSource> Weights<'_, B, S> {
+    pub(crate) fn tensor<const D: usize>(&self, name: &str, shape: [usize; D]) -> Result<Tensor<B, D>> {
+        Ok(self.source.tensor::<B, D>(name, shape, self.device)?)
+    }
+
     pub(crate) fn matrix(&self, name: &str, out: usize, inp: usize) -> Result<Tensor<B, 2>> {
-        Ok(self.ckpt.tensor::<B, 2>(name, [out, inp], self.device)?)
+        self.tensor(name, [out, inp])
     }
 
     pub(crate) fn linear(&self, prefix: &str, out: usize, inp: usize) -> Result<Tensor<B, 2>> {
@@ -33,7 +39,7 @@ impl<B: KernelOps> Weights<'_, B> {
     }
 
     pub(crate) fn vector(&self, name: &str, dim: usize) -> Result<Tensor<B, 1>> {
-        Ok(self.ckpt.tensor::<B, 1>(name, [dim], self.device)?)
+        self.tensor(name, [dim])
     }
 
     /// A block, final or q/k norm (`{prefix}.weight`), in this model's convention.
@@ -128,8 +134,8 @@ pub(crate) struct DecoderLayer<B: KernelOps, M> {
 
 impl<B: KernelOps, M: Mixer<B>> DecoderLayer<B, M> {
     /// The norms and MLP of `layers.{layer}` around `mixer`.
-    pub(crate) fn load(
-        w: &Weights<'_, B>,
+    pub(crate) fn load<S: TensorSource>(
+        w: &Weights<'_, B, S>,
         layer: usize,
         hidden: usize,
         inter: usize,
@@ -189,8 +195,8 @@ pub(crate) struct Stack<B: KernelOps, M> {
 
 impl<B: KernelOps, M: Mixer<B>> Stack<B, M> {
     /// Loads the shared tensors; `mixer(layer, capacity)` builds each layer's mixer.
-    pub(crate) fn load(
-        w: &Weights<'_, B>,
+    pub(crate) fn load<S: TensorSource>(
+        w: &Weights<'_, B, S>,
         spec: StackSpec,
         options: LoadOptions,
         mut mixer: impl FnMut(usize, usize) -> Result<M>,

@@ -22,7 +22,7 @@
 use burn_tensor::{Int, Tensor, TensorData};
 use ddtree_kernels::KernelOps;
 use ddtree_kernels::nn::Linear;
-use ddtree_weights::{GdnProjectionLayout, Qwen35Config};
+use ddtree_weights::{GdnProjectionLayout, Qwen35Config, TensorSource};
 
 use crate::decoder::{Block, Mixer, Weights};
 use crate::error::Result;
@@ -87,7 +87,11 @@ pub(crate) struct GatedDeltaNet<B: KernelOps> {
 
 impl<B: KernelOps> GatedDeltaNet<B> {
     /// Loads `{prefix}.*` (e.g. `layers.0.linear_attn`) in the config's projection layout.
-    pub(crate) fn load(w: &Weights<'_, B>, prefix: &str, cfg: &Qwen35Config) -> Result<Self> {
+    pub(crate) fn load<S: TensorSource>(
+        w: &Weights<'_, B, S>,
+        prefix: &str,
+        cfg: &Qwen35Config,
+    ) -> Result<Self> {
         let shape = GdnShape {
             key_heads: cfg.linear_num_key_heads,
             value_heads: cfg.linear_num_value_heads,
@@ -111,9 +115,7 @@ impl<B: KernelOps> GatedDeltaNet<B> {
                 Linear::fused(vec![select_rows(qkvz, &qkvz_order), select_rows(ba, &ba_order)])
             }
         };
-        let conv = w
-            .ckpt
-            .tensor::<B, 3>(&name("conv1d.weight"), [c, 1, shape.kernel], w.device)?;
+        let conv = w.tensor(&name("conv1d.weight"), [c, 1, shape.kernel])?;
         let device = w.device;
         Ok(Self {
             in_proj,

@@ -7,7 +7,7 @@
 use burn_tensor::Tensor;
 use ddtree_kernels::KernelOps;
 use ddtree_kernels::nn::{Attention, HeadShape};
-use ddtree_weights::{Checkpoint, Qwen3Config};
+use ddtree_weights::{Checkpoint, Qwen3Config, TensorSource};
 
 use crate::decoder::{Stack, StackSpec, Weights};
 use crate::error::{Error, Result};
@@ -46,10 +46,12 @@ impl<B: KernelOps> Qwen3<B> {
         Self::load(config, &ckpt, options, device)
     }
 
-    /// Builds the model from a parsed config and an opened checkpoint.
-    pub fn load(
+    /// Builds the model from a parsed config and a tensor source: an opened
+    /// [`Checkpoint`], or [`ddtree_weights::RandomWeights`] (benchmarks of real shapes; their
+    /// `tied_embeddings` should be the config's `tie_word_embeddings`).
+    pub fn load<S: TensorSource>(
         config: Qwen3Config,
-        ckpt: &Checkpoint,
+        source: &S,
         options: LoadOptions,
         device: &B::Device,
     ) -> Result<Self> {
@@ -65,7 +67,7 @@ impl<B: KernelOps> Qwen3<B> {
             )));
         }
         let w = Weights {
-            ckpt,
+            source,
             device,
             eps: config.rms_norm_eps,
             zero_centred: false,

@@ -11,7 +11,7 @@
 use burn_tensor::Tensor;
 use ddtree_kernels::KernelOps;
 use ddtree_kernels::nn::{Attention, HeadShape};
-use ddtree_weights::{Checkpoint, LayerType, Qwen35Config};
+use ddtree_weights::{Checkpoint, LayerType, Qwen35Config, TensorSource};
 
 use crate::decoder::{Block, Mixer, Stack, StackSpec, Weights};
 use crate::error::{Error, Result};
@@ -88,18 +88,19 @@ impl<B: KernelOps> Qwen35<B> {
         Self::load(config, &ckpt, options, device)
     }
 
-    /// Builds the model from a parsed config and an opened checkpoint (names normalised by
-    /// [`Checkpoint`]: `model.language_model.` or `model.` stripped, vision tower and MTP head
-    /// dropped).
-    pub fn load(
+    /// Builds the model from a parsed config and a tensor source: an opened [`Checkpoint`]
+    /// (names normalised: `model.language_model.` or `model.` stripped, vision tower and MTP head
+    /// dropped), or [`ddtree_weights::RandomWeights`] (benchmarks of real shapes; their
+    /// `tied_embeddings` should be the config's `tie_word_embeddings`).
+    pub fn load<S: TensorSource>(
         config: Qwen35Config,
-        ckpt: &Checkpoint,
+        source: &S,
         options: LoadOptions,
         device: &B::Device,
     ) -> Result<Self> {
         check(&config)?;
         let w = Weights {
-            ckpt,
+            source,
             device,
             eps: config.rms_norm_eps,
             zero_centred: true,

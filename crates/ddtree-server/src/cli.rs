@@ -265,10 +265,12 @@ mod tests {
     fn defaults_serve_the_demo_pair_on_localhost() {
         let s = parse(&[]).unwrap();
         assert_eq!(s.addr.to_string(), "127.0.0.1:30000");
-        assert_eq!(s.served_model_name, "qwen3-tiny-tied");
+        // The target directory's name, as for any checkpoint.
+        assert_eq!(s.served_model_name, "target");
         assert_eq!(s.default_mode, ModeRequest::Tree(16));
         assert!(s.api_keys.is_empty());
-        assert!(s.source.target.ends_with("fixtures/qwen3-tiny-tied"));
+        assert!(s.source.target.ends_with("models/demo/target"));
+        assert!(s.source.draft.ends_with("models/demo/draft"));
     }
 
     #[test]

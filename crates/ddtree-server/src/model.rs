@@ -13,10 +13,14 @@ use tokenizers::Tokenizer;
 
 use crate::template::ChatTemplate;
 
-/// The demo target shipped in the repository (served when no model flags are given).
-pub const DEMO_TARGET_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/qwen3-tiny-tied");
-/// The demo drafter paired with [`DEMO_TARGET_DIR`].
-pub const DEMO_DRAFT_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/dflash-tiny");
+/// The demo target shipped in the repository, served when no model flags are given: a small
+/// trained Qwen3 code model (8 layers, hidden 256, vocabulary 8192, trained on Python source;
+/// see `models/demo/README.md`). It is an ordinary Hugging Face `Qwen3ForCausalLM` directory and
+/// loads through the same code as any other checkpoint.
+pub const DEMO_TARGET_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/demo/target");
+/// The demo DFlash drafter trained for [`DEMO_TARGET_DIR`] (a z-lab `DFlashDraftModel`
+/// directory).
+pub const DEMO_DRAFT_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/demo/draft");
 
 /// A speculative generator: what the worker thread drives.
 pub trait Generator {

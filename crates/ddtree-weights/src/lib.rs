@@ -9,6 +9,8 @@
 //!   top-level fallback), [`GenerationConfig`]; RoPE in both the `rope_theta` + `rope_scaling`
 //!   and the transformers-5 `rope_parameters` layouts ([`RopeParameters`]).
 //! * [`TokenizerFiles`]: `tokenizer.json`, the chat template and the special tokens.
+//! * [`TensorSource`]: what the model loaders read tensors from — a [`Checkpoint`], or
+//!   [`RandomWeights`] made on the device (benchmarks and tests of shapes).
 //!
 //! Every failure is an [`Error`] whose message names the file and, where relevant, the tensor or
 //! config key. No input file can make this crate panic; the safetensors header parser and the
@@ -50,6 +52,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod safetensors;
+mod source;
 mod tokenizer;
 
 pub use checkpoint::{Checkpoint, normalise_name};
@@ -59,4 +62,5 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use safetensors::{Dtype, TensorInfo};
+pub use source::{RandomWeights, TensorSource};
 pub use tokenizer::{SpecialToken, TokenizerConfig, TokenizerFiles};

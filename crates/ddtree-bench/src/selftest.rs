@@ -1,0 +1,284 @@
+//! Every CubeCL kernel against its plain-burn reference on the chosen device (bf16 on the GPU),
+//! and the linear kernel's weight bandwidth at Qwen3-8B shapes.
+//!
+//! The reference runs on the CPU in f32 from exactly the values the device holds (inputs are
+//! rounded to the device's float type first), so the only differences are the kernels' own
+//! rounding. Tolerance: 2e-2 of the largest reference magnitude for bf16 (DESIGN.md), 1e-4 for
+//! f32.
+
+use burn_ndarray::NdArray;
+use burn_tensor::{Distribution, Tensor, TensorData};
+use ddtree_kernels::{AncestorBits, AttentionContext, KernelOps, Visibility, host_f32, host_ids};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+use crate::timing::repeat;
+use crate::{Device, Error};
+
+type Cpu = NdArray<f32>;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Where the kernels run.
+    #[arg(long, value_enum, default_value_t = Device::Cuda)]
+    pub device: Device,
+    /// Skip the bandwidth measurements.
+    #[arg(long)]
+    no_bandwidth: bool,
+}
+
+/// Uploads host values to the device and reads back what it holds (rounded to its float type).
+fn on_device<B: KernelOps, const D: usize>(
+    values: Vec<f32>,
+    shape: [usize; D],
+    device: &B::Device,
+) -> (Tensor<B, D>, Tensor<Cpu, D>) {
+    let t = Tensor::<B, D>::from_data(TensorData::new(values, shape), device);
+    let held = host_f32(t.clone());
+    (
+        t,
+        Tensor::from_data(TensorData::new(held, shape), &Default::default()),
+    )
+}
+
+fn random(seed: u64, len: usize, scale: f32) -> Vec<f32> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..len).map(|_| rng.random_range(-scale..scale)).collect()
+}
+
+fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    got.iter().zip(want).fold(0f32, |m, (g, w)| m.max((g - w).abs())) / scale
+}
+
+struct Checks {
+    tolerance: f32,
+    failures: usize,
+}
+
+impl Checks {
+    fn compare(&mut self, name: &str, got: &[f32], want: &[f32]) {
+        let err = if got.len() == want.len() {
+            rel_err(got, want)
+        } else {
+            f32::INFINITY
+        };
+        let ok = err <= self.tolerance;
+        self.failures += usize::from(!ok);
+        println!(
+            "{}",
+            json!({ "check": name, "max_rel_err": err, "tolerance": self.tolerance, "ok": ok })
+        );
+    }
+}
+
+pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
+    let bf16 = size_of::<B::FloatElem>() == 2;
+    let mut checks = Checks {
+        tolerance: if bf16 { 2e-2 } else { 1e-4 },
+        failures: 0,
+    };
+    if args.device == Device::Cpu {
+        eprintln!("note: on the CPU both sides run the reference; this checks the harness only");
+    }
+
+    for (rows, k, n) in [
+        (1, 4096, 4096),
+        (1, 4096, 1000),
+        (4, 4096, 512),
+        (8, 12288, 256),
+        (16, 4096, 64),
+        (1, 13, 7),
+    ] {
+        let (x, x_ref) = on_device::<B, 2>(random(1, rows * k, 1.0), [rows, k], device);
+        let (w, w_ref) = on_device::<B, 2>(random(2, n * k, 0.05), [n, k], device);
+        let want = host_f32(Cpu::linear(x_ref, w_ref));
+        checks.compare(
+            &format!("linear {rows}x{k} · {n}x{k}ᵀ"),
+            &host_f32(<B as KernelOps>::linear(x, w)),
+            &want,
+        );
+    }
+    for (rows, hidden) in [(1, 4096), (17, 4096), (3, 100)] {
+        let (x, x_ref) = on_device::<B, 2>(random(3, rows * hidden, 4.0), [rows, hidden], device);
+        let (w, w_ref) = on_device::<B, 1>(random(4, hidden, 1.0), [hidden], device);
+        let want = host_f32(Cpu::rms_norm(x_ref, w_ref, 1e-6));
+        checks.compare(
+            &format!("rms_norm {rows}x{hidden}"),
+            &host_f32(B::rms_norm(x, w, 1e-6)),
+            &want,
+        );
+    }
+    for (rows, cols) in [(1, 12288), (65, 12288), (3, 1001)] {
+        let (g, g_ref) = on_device::<B, 2>(random(5, rows * cols, 6.0), [rows, cols], device);
+        let (u, u_ref) = on_device::<B, 2>(random(6, rows * cols, 2.0), [rows, cols], device);
+        let want = host_f32(Cpu::silu_mul(g_ref, u_ref));
+        checks.compare(
+            &format!("silu_mul {rows}x{cols}"),
+            &host_f32(B::silu_mul(g, u)),
+            &want,
+        );
+    }
+    {
+        // The fused gate/up projection's halves, read in place as row views.
+        let (rows, cols) = (5, 12288);
+        let (gate_up, gate_up_ref) =
+            on_device::<B, 2>(random(13, rows * 2 * cols, 6.0), [rows, 2 * cols], device);
+        let half = |t: Tensor<Cpu, 2>, c: std::ops::Range<usize>| t.slice([0..rows, c]);
+        let want = host_f32(Cpu::silu_mul(
+            half(gate_up_ref.clone(), 0..cols),
+            half(gate_up_ref, cols..2 * cols),
+        ));
+        let got = host_f32(B::silu_mul(
+            gate_up.clone().slice([0..rows, 0..cols]),
+            gate_up.slice([0..rows, cols..2 * cols]),
+        ));
+        checks.compare("silu_mul of gate/up row views 5x12288", &got, &want);
+    }
+    for (rows, heads, head_dim, half) in [(1, 32, 128, 64), (65, 8, 128, 64), (3, 2, 64, 16)] {
+        let (x, x_ref) = on_device::<B, 3>(
+            random(14, rows * heads * head_dim, 2.0),
+            [rows, heads, head_dim],
+            device,
+        );
+        let (cos, cos_ref) = on_device::<B, 2>(random(15, rows * half, 1.0), [rows, half], device);
+        let (sin, sin_ref) = on_device::<B, 2>(random(16, rows * half, 1.0), [rows, half], device);
+        let want = host_f32(Cpu::rope(x_ref, cos_ref, sin_ref));
+        checks.compare(
+            &format!("rope {rows}x{heads}x{head_dim}, rotary {}", 2 * half),
+            &host_f32(B::rope(x, cos, sin)),
+            &want,
+        );
+    }
+    {
+        let (kv_heads, capacity, head_dim, n, at) = (8, 300, 128, 17, 250);
+        let (cache, cache_ref) = on_device::<B, 3>(
+            random(17, kv_heads * capacity * head_dim, 1.0),
+            [kv_heads, capacity, head_dim],
+            device,
+        );
+        let (rows, rows_ref) = on_device::<B, 3>(
+            random(18, n * kv_heads * head_dim, 1.0),
+            [n, kv_heads, head_dim],
+            device,
+        );
+        let want = host_f32(Cpu::write_cache_rows(cache_ref, rows_ref, at));
+        checks.compare(
+            "write_cache_rows 17 rows at 250",
+            &host_f32(B::write_cache_rows(cache, rows, at)),
+            &want,
+        );
+    }
+    for (rows, prefix, tree) in [(1, 2048, false), (65, 2048, true), (16, 300, false)] {
+        let (q_heads, kv_heads, head_dim, capacity) = (32, 8, 128, prefix + rows + 5);
+        let words = ancestor_words(rows);
+        let words_per_row = rows.div_ceil(64);
+        let visibility = match (tree, rows) {
+            (true, _) => Visibility::Tree(AncestorBits::new(&words, words_per_row).ok_or("bits")?),
+            (false, 16) => Visibility::Full,
+            _ => Visibility::Causal,
+        };
+        let ctx = AttentionContext {
+            prefix_len: prefix,
+            visibility,
+            window: None,
+        };
+        let (q, q_ref) = on_device::<B, 3>(
+            random(8, rows * q_heads * head_dim, 2.0),
+            [rows, q_heads, head_dim],
+            device,
+        );
+        let kv_shape = [kv_heads, capacity, head_dim];
+        let (k, k_ref) = on_device::<B, 3>(random(9, kv_heads * capacity * head_dim, 2.0), kv_shape, device);
+        let (v, v_ref) = on_device::<B, 3>(random(10, kv_heads * capacity * head_dim, 1.0), kv_shape, device);
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        let want = host_f32(Cpu::cached_attention(q_ref, k_ref, v_ref, &ctx, scale));
+        let got = host_f32(B::cached_attention(q, k, v, &ctx, scale));
+        checks.compare(
+            &format!("attention {rows} rows after {prefix}, {visibility:?}"),
+            &got,
+            &want,
+        );
+    }
+    {
+        let (rows, cols) = (17, 151936);
+        let (l, l_ref) = on_device::<B, 2>(random(7, rows * cols, 8.0), [rows, cols], device);
+        let want: Vec<f32> = host_ids(Cpu::argmax(l_ref))
+            .into_iter()
+            .map(|i| i as f32)
+            .collect();
+        let got: Vec<f32> = host_ids(B::argmax(l)).into_iter().map(|i| i as f32).collect();
+        // Token ids must match exactly (ties resolve to the first index on both sides).
+        let exact = got == want;
+        checks.failures += usize::from(!exact);
+        println!(
+            "{}",
+            json!({ "check": format!("argmax {rows}x{cols}"), "exact": exact, "ok": exact })
+        );
+    }
+
+    if !args.no_bandwidth {
+        bandwidth::<B>(device)?;
+    }
+    if checks.failures > 0 {
+        return Err(format!("{} kernel check(s) failed", checks.failures).into());
+    }
+    println!("all kernel checks passed");
+    Ok(())
+}
+
+/// Ancestor sets of a random tree of `rows` nodes (each node sees a random earlier node's set
+/// and itself).
+fn ancestor_words(rows: usize) -> Vec<u64> {
+    let words_per_row = rows.div_ceil(64);
+    let mut rng = StdRng::seed_from_u64(12);
+    let mut words = vec![0u64; rows * words_per_row];
+    for i in 0..rows {
+        if i > 0 {
+            let parent = rng.random_range(0..i);
+            for w in 0..words_per_row {
+                words[i * words_per_row + w] = words[parent * words_per_row + w];
+            }
+        }
+        words[i * words_per_row + i / 64] |= 1 << (i % 64);
+    }
+    words
+}
+
+/// Weight GB/s of `linear` at the decode (1 row) and tree-verify (65 rows) shapes of Qwen3-8B.
+fn bandwidth<B: KernelOps>(device: &B::Device) -> Result<(), Error> {
+    let elem = size_of::<B::FloatElem>();
+    for (n, k) in [(12288, 4096), (4096, 12288), (151936, 4096)] {
+        // Enough copies of the weight that the 50 MB L2 never holds the next one.
+        let copies = (1_500_000_000 / (n * k * elem)).clamp(1, 12);
+        let weights: Vec<Tensor<B, 2>> = (0..copies)
+            .map(|_| Tensor::random([n, k], Distribution::Normal(0.0, 0.02), device))
+            .collect();
+        for rows in [1, 65] {
+            let x = Tensor::<B, 2>::random([rows, k], Distribution::Normal(0.0, 1.0), device);
+            for w in &weights {
+                <B as KernelOps>::linear(x.clone(), w.clone());
+            }
+            B::sync(device)?;
+            let launches = 4 * copies;
+            let mut i = 0;
+            let s = repeat(1, 5, || -> Result<(), Error> {
+                for _ in 0..launches {
+                    <B as KernelOps>::linear(x.clone(), weights[i % copies].clone());
+                    i += 1;
+                }
+                B::sync(device)?;
+                Ok(())
+            })?;
+            let per_launch_s = s.median_ms / 1e3 / launches as f64;
+            let gbs = (n * k * elem) as f64 / per_launch_s / 1e9;
+            println!(
+                "{}",
+                json!({ "bandwidth": format!("linear {rows}x{k} · {n}x{k}ᵀ"), "us": per_launch_s * 1e6,
+                        "weight_GB_per_s": gbs, "of_4300": gbs / 4300.0 })
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,384 @@
+//! CubeCL kernels and the [`KernelOps`](crate::KernelOps) overrides for burn's CubeCL backends
+//! (`CubeBackend` over CUDA, or over wgpu for tests on a software Vulkan device).
+//!
+//! Every kernel is generic over the float type (bf16 on the GPU, f32/f16 in tests) and
+//! accumulates in f32. Each file holds one kernel family next to a pointer to its plain-burn
+//! reference in [`crate::reference`]; `tests/cube_kernels.rs` compares the two.
+//!
+//! Kernels read the plane (warp) size from the device (32 on NVIDIA, 8 on lavapipe) and pick the
+//! widest vector load the device, the row length and the buffer offsets allow.
+
+pub mod activation;
+pub mod argmax;
+pub mod attention;
+pub mod cache;
+pub mod linear;
+pub mod norm;
+pub mod rope;
+pub mod top_k;
+
+use burn_cubecl::CubeElement;
+use burn_cubecl::element::{BoolElement, FloatElement, IntElement};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{CubeBackend, CubeRuntime};
+use burn_tensor::{Int, Shape, Tensor, TensorPrimitive};
+use cubecl::prelude::*;
+
+use crate::{AttentionContext, KernelOps, Visibility};
+
+/// The GPU backend the project runs on NVIDIA devices: burn's CubeCL CUDA backend in bf16 (f32
+/// accumulation inside the kernels), without burn's fusion layer so our kernels see plain
+/// buffers.
+#[cfg(feature = "cuda")]
+pub type Cuda = CubeBackend<cubecl::cuda::CudaRuntime, half::bf16, i32, u8>;
+
+/// The CUDA device (GPU ordinal).
+#[cfg(feature = "cuda")]
+pub use cubecl::cuda::CudaDevice;
+
+/// Planes per cube for the row-per-plane kernels.
+const PLANES_PER_CUBE: u32 = 4;
+/// Planes per cube splitting the keys of one attention row.
+const ATTENTION_PLANES: u32 = 8;
+/// Units per cube for element-wise kernels.
+const ELEMENTWISE_CUBE: u32 = 256;
+
+impl<R, F, I, BT> KernelOps for CubeBackend<R, F, I, BT>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    fn linear(x: Tensor<Self, 2>, weight: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        let [rows, k] = x.dims();
+        let [n_out, k_w] = weight.dims();
+        assert_eq!(k, k_w, "linear: x has {k} features, the weight expects {k_w}");
+        if rows == 0 || rows > linear::MAX_ROWS {
+            return crate::reference::linear(x, weight);
+        }
+        let (x, w) = (cube(x), cube(weight));
+        let y = contiguous::<R, F, _>(&x, [rows, n_out]);
+        let width = vector_width(&[&x, &w], k);
+        let (count, dim) = row_grid(&x.client, n_out);
+        // SAFETY: both inputs are contiguous with the lengths given; the kernel guards its rows.
+        unsafe {
+            linear::linear_rows::launch_unchecked::<F, R>(
+                &x.client,
+                count,
+                dim,
+                width,
+                array(&x),
+                array(&w),
+                array(&y),
+                k / width,
+                n_out,
+                rows,
+            );
+        }
+        float(y)
+    }
+
+    fn rms_norm(x: Tensor<Self, 2>, weight: Tensor<Self, 1>, eps: f64) -> Tensor<Self, 2> {
+        let [rows, hidden] = x.dims();
+        let (x, w) = (cube(x), cube(weight));
+        let y = contiguous::<R, F, _>(&x, [rows, hidden]);
+        let width = vector_width(&[&x, &w, &y], hidden);
+        let (count, dim) = row_grid(&x.client, rows);
+        // SAFETY: contiguous buffers of `rows · hidden` and `hidden` elements.
+        unsafe {
+            norm::rms_norm_rows::launch_unchecked::<F, R>(
+                &x.client,
+                count,
+                dim,
+                width,
+                array(&x),
+                array(&w),
+                array(&y),
+                hidden / width,
+                rows,
+                1.0 / hidden as f32,
+                eps as f32,
+            );
+        }
+        float(y)
+    }
+
+    fn silu_mul(gate: Tensor<Self, 2>, up: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        let [rows, cols] = gate.dims();
+        // Row views (the halves of the fused gate/up projection) are read in place.
+        let (gate, up) = (row_view(gate), row_view(up));
+        let (gate_stride, up_stride) = (gate.meta.strides()[0], up.meta.strides()[0]);
+        let y = contiguous::<R, F, _>(&gate, [rows, cols]);
+        let width = vector_width(&[&gate, &up, &y], gcd(cols, gcd(gate_stride, up_stride)));
+        let len = rows * cols / width;
+        // SAFETY: each view covers `rows` rows of its stride; `y` is dense `[rows, cols]`.
+        unsafe {
+            activation::silu_mul::launch_unchecked::<F, R>(
+                &gate.client,
+                CubeCount::Static((len as u32).div_ceil(ELEMENTWISE_CUBE), 1, 1),
+                CubeDim::new_1d(ELEMENTWISE_CUBE),
+                width,
+                view_array(&gate),
+                view_array(&up),
+                array(&y),
+                len,
+                cols / width,
+                gate_stride / width,
+                up_stride / width,
+            );
+        }
+        float(y)
+    }
+
+    fn rope(x: Tensor<Self, 3>, cos: Tensor<Self, 2>, sin: Tensor<Self, 2>) -> Tensor<Self, 3> {
+        let [rows, heads, head_dim] = x.dims();
+        let half = cos.dims()[1];
+        let (x, cos, sin) = (cube(x), cube(cos), cube(sin));
+        let y = contiguous::<R, F, _>(&x, [rows, heads, head_dim]);
+        let len = rows * heads * head_dim;
+        // SAFETY: dense `[rows, heads, head_dim]` and `[rows, half]` buffers.
+        unsafe {
+            rope::rope_rows::launch_unchecked::<F, R>(
+                &x.client,
+                CubeCount::Static((len as u32).div_ceil(ELEMENTWISE_CUBE), 1, 1),
+                CubeDim::new_1d(ELEMENTWISE_CUBE),
+                array(&x),
+                array(&cos),
+                array(&sin),
+                array(&y),
+                len,
+                heads,
+                head_dim,
+                half,
+            );
+        }
+        float(y)
+    }
+
+    fn write_cache_rows(cache: Tensor<Self, 3>, rows: Tensor<Self, 3>, at: usize) -> Tensor<Self, 3> {
+        let [n, kv_heads, head_dim] = rows.dims();
+        let cache = cache.into_primitive().tensor();
+        // In place when the cache is ours alone (the decode loop's case); otherwise copy.
+        if !cache.can_mut() || cache.meta.strides()[2] != 1 {
+            return crate::reference::write_cache_rows(
+                float(cache),
+                float(rows.into_primitive().tensor()),
+                at,
+            );
+        }
+        let rows = cube(rows);
+        let (head_stride, row_stride) = (cache.meta.strides()[0], cache.meta.strides()[1]);
+        let len = n * kv_heads * head_dim;
+        // SAFETY: rows `at..at + n` lie inside the cache (the caller checks capacity).
+        unsafe {
+            cache::write_rows::launch_unchecked::<F, R>(
+                &rows.client,
+                CubeCount::Static((len as u32).div_ceil(ELEMENTWISE_CUBE), 1, 1),
+                CubeDim::new_1d(ELEMENTWISE_CUBE),
+                array(&rows),
+                view_array(&cache),
+                len,
+                kv_heads,
+                head_dim,
+                head_stride,
+                row_stride,
+                at,
+            );
+        }
+        float(cache)
+    }
+
+    fn cached_attention(
+        q: Tensor<Self, 3>,
+        k_cache: Tensor<Self, 3>,
+        v_cache: Tensor<Self, 3>,
+        ctx: &AttentionContext<'_>,
+        scale: f64,
+    ) -> Tensor<Self, 3> {
+        let [rows, q_heads, head_dim] = q.dims();
+        let kv_heads = k_cache.dims()[0];
+        let q = cube(q);
+        let (k, v) = (row_view(k_cache), row_view(v_cache));
+        let (k, v) = if k.meta.strides() == v.meta.strides() {
+            (k, v)
+        } else {
+            (into_contiguous(k), into_contiguous(v))
+        };
+        let (head_stride, row_stride) = (k.meta.strides()[0], k.meta.strides()[1]);
+        let client = q.client.clone();
+        let out = contiguous::<R, F, _>(&q, [rows, q_heads, head_dim]);
+        // Ancestor bits as little-endian u32 words (a dummy word for the other modes).
+        let (mode, words32) = match ctx.visibility {
+            Visibility::Causal => (attention::CAUSAL, vec![0u32]),
+            Visibility::Full => (attention::FULL, vec![0u32]),
+            Visibility::Tree(bits) => (
+                attention::TREE,
+                bits.words()
+                    .iter()
+                    .flat_map(|&w| [w as u32, (w >> 32) as u32])
+                    .collect(),
+            ),
+        };
+        let words_per_row = match ctx.visibility {
+            Visibility::Tree(bits) => 2 * bits.words_per_row(),
+            _ => 1,
+        };
+        let bits = client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(&words32));
+        let plane = client.properties().hardware.plane_size_max;
+        // SAFETY: q/out are `[rows, q_heads, head_dim]`, k/v `[kv_heads, capacity, head_dim]`,
+        // q/out dense, k/v with a dense last dimension; the block rows lie in the cache.
+        unsafe {
+            attention::attention_rows::launch_unchecked::<F, R>(
+                &client,
+                CubeCount::Static(rows as u32, q_heads as u32, 1),
+                CubeDim::new_2d(plane, ATTENTION_PLANES),
+                array(&q),
+                view_array(&k),
+                view_array(&v),
+                ArrayArg::from_raw_parts(bits, words32.len()),
+                array(&out),
+                head_stride,
+                row_stride,
+                ctx.prefix_len,
+                rows,
+                words_per_row,
+                ctx.window.unwrap_or(0),
+                scale as f32,
+                q_heads,
+                kv_heads,
+                head_dim,
+                plane as usize,
+                ATTENTION_PLANES as usize,
+                mode,
+            );
+        }
+        float(out)
+    }
+
+    fn argmax(logits: Tensor<Self, 2>) -> Tensor<Self, 1, Int> {
+        let [rows, cols] = logits.dims();
+        let logits = cube(logits);
+        let out = contiguous::<R, I, _>(&logits, [rows]);
+        let (count, dim) = row_grid(&logits.client, rows);
+        // SAFETY: a contiguous `[rows, cols]` input and a `[rows]` output.
+        unsafe {
+            argmax::argmax_rows::launch_unchecked::<F, I, R>(
+                &logits.client,
+                count,
+                dim,
+                array(&logits),
+                array(&out),
+                cols,
+                rows,
+            );
+        }
+        Tensor::from_primitive(out)
+    }
+}
+
+/// The contiguous CubeCL tensor behind a float tensor.
+fn cube<R, F, I, BT, const D: usize>(t: Tensor<CubeBackend<R, F, I, BT>, D>) -> CubeTensor<R>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    into_contiguous(t.into_primitive().tensor())
+}
+
+/// Wraps a kernel's output as a float tensor.
+fn float<R, F, I, BT, const D: usize>(t: CubeTensor<R>) -> Tensor<CubeBackend<R, F, I, BT>, D>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+/// The CubeCL tensor behind a float tensor whose last dimension is dense (a row view, a pitched
+/// buffer), made contiguous only when it is not.
+fn row_view<R, F, I, BT, const D: usize>(t: Tensor<CubeBackend<R, F, I, BT>, D>) -> CubeTensor<R>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let t = t.into_primitive().tensor();
+    if t.meta.strides()[D - 1] == 1 {
+        t
+    } else {
+        into_contiguous(t)
+    }
+}
+
+/// A tensor with a dense last dimension as an array argument spanning its last element.
+fn view_array<R: CubeRuntime>(t: &CubeTensor<R>) -> ArrayArg<R> {
+    let span = 1 + t
+        .meta
+        .shape()
+        .iter()
+        .zip(t.meta.strides().iter())
+        .map(|(&n, &s)| (n.max(1) - 1) * s)
+        .sum::<usize>();
+    // SAFETY: the buffer holds every element the shape and strides address.
+    unsafe { ArrayArg::from_raw_parts(t.handle.clone(), span) }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// A new, uninitialised, densely packed tensor of `E` on `like`'s device. (burn's own empty
+/// tensors may pitch their rows on CUDA; the kernels write dense rows.)
+fn contiguous<R: CubeRuntime, E: CubeElement, const D: usize>(
+    like: &CubeTensor<R>,
+    shape: [usize; D],
+) -> CubeTensor<R> {
+    let shape = Shape::new(shape);
+    let handle = like.client.empty(shape.num_elements() * size_of::<E>());
+    CubeTensor::new_contiguous(
+        like.client.clone(),
+        like.device.clone(),
+        shape,
+        handle,
+        E::dtype(),
+    )
+}
+
+/// A contiguous tensor as a kernel array argument of all its elements.
+fn array<R: CubeRuntime>(t: &CubeTensor<R>) -> ArrayArg<R> {
+    // SAFETY: callers pass contiguous tensors, whose buffer holds exactly `num_elements`.
+    unsafe { ArrayArg::from_raw_parts(t.handle.clone(), t.meta.num_elements()) }
+}
+
+/// The widest vector the device loads well that divides `len` (a row length) and keeps every
+/// buffer's start aligned.
+fn vector_width<R: CubeRuntime>(tensors: &[&CubeTensor<R>], len: usize) -> usize {
+    let elem = tensors[0].dtype.size();
+    tensors[0]
+        .client
+        .io_optimized_vector_sizes(elem)
+        .find(|&width| {
+            len % width == 0
+                && tensors
+                    .iter()
+                    .all(|t| t.handle.offset_start.unwrap_or(0) % (width * elem) as u64 == 0)
+        })
+        .unwrap_or(1)
+}
+
+/// One plane per row: `CubeDim = (plane size, planes per cube)` and enough cubes for `rows`.
+fn row_grid<R: CubeRuntime>(client: &ComputeClient<R>, rows: usize) -> (CubeCount, CubeDim) {
+    let plane = client.properties().hardware.plane_size_max;
+    let cubes = (rows as u32).div_ceil(PLANES_PER_CUBE).max(1);
+    (
+        CubeCount::Static(cubes, 1, 1),
+        CubeDim::new_2d(plane, PLANES_PER_CUBE),
+    )
+}

@@ -1,0 +1,39 @@
+//! RMSNorm, one plane per row, f32 statistics. Reference: [`crate::reference::rms_norm`].
+
+use cubecl::prelude::*;
+
+/// `y = x / sqrt(mean(x²) + eps) · weight` for `x, y: [rows, hidden]`, `weight: [hidden]`;
+/// `hidden_vecs = hidden / N`, `inv_hidden = 1 / hidden`. One plane per row; `CubeDim = (plane size, planes per cube)`.
+#[cube(launch_unchecked)]
+pub fn rms_norm_rows<F: Float, N: Size>(
+    x: &Array<Vector<F, N>>,
+    weight: &Array<Vector<F, N>>,
+    y: &mut Array<Vector<F, N>>,
+    hidden_vecs: usize,
+    rows: usize,
+    inv_hidden: f32,
+    eps: f32,
+) {
+    let row = (CUBE_POS_X * CUBE_DIM_Y + UNIT_POS_Y) as usize;
+    if row < rows {
+        let lane = UNIT_POS_X as usize;
+        let step = CUBE_DIM_X as usize;
+        let base = row * hidden_vecs;
+        let mut squares = Vector::<f32, N>::new(0.0);
+        let mut i = lane;
+        while i < hidden_vecs {
+            let v = Vector::<f32, N>::cast_from(x[base + i]);
+            squares = fma(v, v, squares);
+            i += step;
+        }
+        let sum = plane_sum(f32::cast_from(squares.vector_sum()));
+        let rms = f32::sqrt(sum * inv_hidden + eps);
+        let mut j = lane;
+        while j < hidden_vecs {
+            let v = Vector::<f32, N>::cast_from(x[base + j]);
+            let g = Vector::<f32, N>::cast_from(weight[j]);
+            y[base + j] = Vector::<F, N>::cast_from(v / Vector::<f32, N>::new(rms) * g);
+            j += step;
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! The CubeCL kernels against the plain-burn reference, on cubecl's wgpu runtime (in CI: Mesa's
+//! software Vulkan device, lavapipe). The reference runs on the CPU backend in f32 from the same
+//! inputs. A kernel that did not run leaves zeros or garbage (lavapipe reports no error for
+//! unsupported features), so every test compares values.
+#![cfg(feature = "wgpu")]
+
+use burn_cubecl::CubeBackend;
+use burn_ndarray::NdArray;
+use burn_tensor::{Int, Tensor, TensorData};
+use burn_wgpu::{WgpuDevice, WgpuRuntime};
+use ddtree_kernels::{KernelOps, host_f32, host_ids};
+use half::f16;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+type Cpu = NdArray<f32>;
+type Gpu32 = CubeBackend<WgpuRuntime, f32, i32, u32>;
+type Gpu16 = CubeBackend<WgpuRuntime, f16, i32, u32>;
+
+fn values(seed: u64, len: usize, scale: f32) -> Vec<f32> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..len).map(|_| rng.random_range(-scale..scale)).collect()
+}
+
+fn tensor<B: KernelOps, const D: usize>(data: &[f32], shape: [usize; D], device: &B::Device) -> Tensor<B, D> {
+    Tensor::from_data(TensorData::new(data.to_vec(), shape), device)
+}
+
+/// Largest |a − b| relative to the largest |b| (outputs near zero make per-element ratios
+/// meaningless).
+fn max_rel_err(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    got.iter().zip(want).fold(0f32, |m, (g, w)| m.max((g - w).abs())) / scale
+}
+
+fn gpu() -> WgpuDevice {
+    WgpuDevice::default()
+}
+
+/// `linear` for every supported row count, ragged feature counts (no vector width divides 13)
+/// and output counts that do not fill the last cube.
+#[test]
+fn linear_matches_reference() {
+    let device = gpu();
+    for (rows, k, n) in [
+        (1, 64, 40),
+        (1, 13, 7),
+        (3, 128, 33),
+        (8, 96, 65),
+        (5, 4100, 9),
+        (12, 32, 16),
+    ] {
+        let x = values(1 + rows as u64, rows * k, 1.0);
+        let w = values(2 + k as u64, n * k, 0.5);
+        let want = host_f32(Cpu::linear(
+            tensor(&x, [rows, k], &Default::default()),
+            tensor(&w, [n, k], &Default::default()),
+        ));
+        let got = host_f32(Gpu32::linear(
+            tensor(&x, [rows, k], &device),
+            tensor(&w, [n, k], &device),
+        ));
+        let err = max_rel_err(&got, &want);
+        assert!(err < 1e-5, "f32 linear rows={rows} k={k} n={n}: error {err}");
+        let got = host_f32(Gpu16::linear(
+            tensor(&x, [rows, k], &device),
+            tensor(&w, [n, k], &device),
+        ));
+        let err = max_rel_err(&got, &want);
+        assert!(err < 4e-3, "f16 linear rows={rows} k={k} n={n}: error {err}");
+    }
+}
+
+/// A row slice of a larger tensor starts at an offset: the kernel must read from it.
+#[test]
+fn linear_reads_sliced_rows() {
+    let device = gpu();
+    let (k, n) = (32, 8);
+    let x = values(7, 3 * k, 1.0);
+    let w = values(8, n * k, 1.0);
+    let cpu_x = tensor::<Cpu, 2>(&x, [3, k], &Default::default()).slice([1..2, 0..k]);
+    let want = host_f32(Cpu::linear(cpu_x, tensor(&w, [n, k], &Default::default())));
+    let gpu_x = tensor::<Gpu32, 2>(&x, [3, k], &device).slice([1..2, 0..k]);
+    let got = host_f32(Gpu32::linear(gpu_x, tensor(&w, [n, k], &device)));
+    assert!(max_rel_err(&got, &want) < 1e-5, "{got:?} vs {want:?}");
+}
+
+#[test]
+fn rms_norm_matches_reference() {
+    let device = gpu();
+    for (rows, hidden) in [(1, 64), (5, 40), (9, 13), (2, 4096)] {
+        let x = values(rows as u64, rows * hidden, 3.0);
+        let w = values(hidden as u64, hidden, 1.0);
+        let cpu = Default::default();
+        let want = host_f32(Cpu::rms_norm(
+            tensor(&x, [rows, hidden], &cpu),
+            tensor(&w, [hidden], &cpu),
+            1e-6,
+        ));
+        let got = host_f32(Gpu32::rms_norm(
+            tensor(&x, [rows, hidden], &device),
+            tensor(&w, [hidden], &device),
+            1e-6,
+        ));
+        let err = max_rel_err(&got, &want);
+        assert!(
+            err < 1e-5,
+            "f32 rms_norm rows={rows} hidden={hidden}: error {err}"
+        );
+        let got = host_f32(Gpu16::rms_norm(
+            tensor(&x, [rows, hidden], &device),
+            tensor(&w, [hidden], &device),
+            1e-6,
+        ));
+        let err = max_rel_err(&got, &want);
+        assert!(
+            err < 4e-3,
+            "f16 rms_norm rows={rows} hidden={hidden}: error {err}"
+        );
+    }
+}
+
+#[test]
+fn silu_mul_matches_reference() {
+    let device = gpu();
+    for (rows, cols) in [(1, 96), (3, 7), (4, 1000)] {
+        let g = values(3, rows * cols, 6.0);
+        let u = values(4, rows * cols, 2.0);
+        let cpu = Default::default();
+        let want = host_f32(Cpu::silu_mul(
+            tensor(&g, [rows, cols], &cpu),
+            tensor(&u, [rows, cols], &cpu),
+        ));
+        let got = host_f32(Gpu32::silu_mul(
+            tensor(&g, [rows, cols], &device),
+            tensor(&u, [rows, cols], &device),
+        ));
+        let err = max_rel_err(&got, &want);
+        assert!(err < 1e-5, "f32 silu_mul {rows}x{cols}: error {err}");
+        let got = host_f32(Gpu16::silu_mul(
+            tensor(&g, [rows, cols], &device),
+            tensor(&u, [rows, cols], &device),
+        ));
+        let err = max_rel_err(&got, &want);
+        assert!(err < 4e-3, "f16 silu_mul {rows}x{cols}: error {err}");
+    }
+}
+
+/// Argmax, including ties (the first index wins) and a maximum in the last column.
+#[test]
+fn argmax_matches_reference() {
+    let device = gpu();
+    let (rows, cols) = (6, 1003);
+    let mut logits = values(11, rows * cols, 4.0);
+    logits[cols - 1] = 10.0; // row 0: last column
+    logits[cols + 5] = 9.0; // row 1: a tie between columns 5 and 900
+    logits[cols + 900] = 9.0;
+    for v in &mut logits[2 * cols..3 * cols] {
+        *v = -1.0; // row 2: all equal, so column 0
+    }
+    let want = host_ids(Cpu::argmax(tensor(&logits, [rows, cols], &Default::default())));
+    assert_eq!(
+        &want[..3],
+        &[cols as u32 - 1, 5, 0],
+        "the reference's own tie rule"
+    );
+    let got: Vec<u32> = host_ids::<Gpu32, 1>(Gpu32::argmax(tensor(&logits, [rows, cols], &device)));
+    assert_eq!(got, want);
+    let _: Tensor<Gpu32, 1, Int> = Gpu32::argmax(tensor(&logits, [rows, cols], &device));
+}
+
+/// Random ancestor sets over 70 block rows (two 64-bit words per row): each row sees a random
+/// earlier row's set plus itself, as a compiled tree.
+fn tree_words(rows: usize, seed: u64) -> (Vec<u64>, usize) {
+    let words_per_row = rows.div_ceil(64);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut words = vec![0u64; rows * words_per_row];
+    for i in 0..rows {
+        if i > 0 {
+            let parent = rng.random_range(0..i);
+            for w in 0..words_per_row {
+                words[i * words_per_row + w] = words[parent * words_per_row + w];
+            }
+        }
+        words[i * words_per_row + i / 64] |= 1 << (i % 64);
+    }
+    (words, words_per_row)
+}
+
+/// Cached attention for every visibility, a sliding window, grouped-query heads and head sizes
+/// that do not fill a plane evenly.
+#[test]
+fn cached_attention_matches_reference() {
+    use ddtree_kernels::{AncestorBits, AttentionContext, Visibility};
+    let device = gpu();
+    let (words, words_per_row) = tree_words(70, 5);
+    let bits = AncestorBits::new(&words, words_per_row).unwrap();
+    let cases: Vec<(usize, usize, usize, usize, usize, Visibility, Option<usize>)> = vec![
+        // (rows, prefix, q_heads, kv_heads, head_dim, visibility, window)
+        (1, 37, 4, 2, 32, Visibility::Causal, None),
+        (5, 20, 4, 1, 16, Visibility::Causal, None),
+        (15, 30, 2, 2, 40, Visibility::Full, None),
+        (15, 30, 4, 2, 32, Visibility::Full, Some(8)),
+        (70, 11, 4, 2, 32, Visibility::Tree(bits), None),
+        (3, 0, 2, 1, 8, Visibility::Causal, None),
+    ];
+    for (rows, prefix, q_heads, kv_heads, head_dim, visibility, window) in cases {
+        let capacity = prefix + rows + 3;
+        let ctx = AttentionContext {
+            prefix_len: prefix,
+            visibility,
+            window,
+        };
+        let q = values(21, rows * q_heads * head_dim, 1.0);
+        let k = values(22, kv_heads * capacity * head_dim, 1.0);
+        let v = values(23, kv_heads * capacity * head_dim, 1.0);
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        let cpu = Default::default();
+        let want = host_f32(Cpu::cached_attention(
+            tensor(&q, [rows, q_heads, head_dim], &cpu),
+            tensor(&k, [kv_heads, capacity, head_dim], &cpu),
+            tensor(&v, [kv_heads, capacity, head_dim], &cpu),
+            &ctx,
+            scale,
+        ));
+        let got = host_f32(Gpu32::cached_attention(
+            tensor(&q, [rows, q_heads, head_dim], &device),
+            tensor(&k, [kv_heads, capacity, head_dim], &device),
+            tensor(&v, [kv_heads, capacity, head_dim], &device),
+            &ctx,
+            scale,
+        ));
+        let err = max_rel_err(&got, &want);
+        let case = format!(
+            "rows={rows} prefix={prefix} heads={q_heads}/{kv_heads}x{head_dim} {visibility:?} window={window:?}"
+        );
+        assert!(err < 1e-5, "f32 attention {case}: error {err}");
+        let got = host_f32(Gpu16::cached_attention(
+            tensor(&q, [rows, q_heads, head_dim], &device),
+            tensor(&k, [kv_heads, capacity, head_dim], &device),
+            tensor(&v, [kv_heads, capacity, head_dim], &device),
+            &ctx,
+            scale,
+        ));
+        let err = max_rel_err(&got, &want);
+        assert!(err < 4e-3, "f16 attention {case}: error {err}");
+    }
+}
+
+/// The fused gate/up projection's two halves are row views of one buffer: read in place.
+#[test]
+fn silu_mul_reads_row_views() {
+    let device = gpu();
+    for (rows, cols) in [(1, 96), (3, 10), (4, 1000)] {
+        let gate_up = values(9, rows * 2 * cols, 6.0);
+        let cpu = Default::default();
+        let cpu_gu = tensor::<Cpu, 2>(&gate_up, [rows, 2 * cols], &cpu);
+        let want = host_f32(Cpu::silu_mul(
+            cpu_gu.clone().slice([0..rows, 0..cols]),
+            cpu_gu.slice([0..rows, cols..2 * cols]),
+        ));
+        let gpu_gu = tensor::<Gpu32, 2>(&gate_up, [rows, 2 * cols], &device);
+        let got = host_f32(Gpu32::silu_mul(
+            gpu_gu.clone().slice([0..rows, 0..cols]),
+            gpu_gu.slice([0..rows, cols..2 * cols]),
+        ));
+        let err = max_rel_err(&got, &want);
+        assert!(err < 1e-5, "silu_mul views {rows}x{cols}: error {err}");
+    }
+}
+
+/// Full and partial rotary dims.
+#[test]
+fn rope_matches_reference() {
+    let device = gpu();
+    for (rows, heads, head_dim, half) in [(1, 4, 32, 16), (7, 3, 64, 32), (2, 2, 64, 16)] {
+        let x = values(31, rows * heads * head_dim, 2.0);
+        let cos = values(32, rows * half, 1.0);
+        let sin = values(33, rows * half, 1.0);
+        let cpu = Default::default();
+        let want = host_f32(Cpu::rope(
+            tensor(&x, [rows, heads, head_dim], &cpu),
+            tensor(&cos, [rows, half], &cpu),
+            tensor(&sin, [rows, half], &cpu),
+        ));
+        let got = host_f32(Gpu32::rope(
+            tensor(&x, [rows, heads, head_dim], &device),
+            tensor(&cos, [rows, half], &device),
+            tensor(&sin, [rows, half], &device),
+        ));
+        let err = max_rel_err(&got, &want);
+        assert!(
+            err < 1e-5,
+            "rope {rows}x{heads}x{head_dim} half {half}: error {err}"
+        );
+    }
+}
+
+/// New rows land at `at` in every head; the rest of the cache is untouched, also when the cache
+/// is shared (then the write must not alter the other owner's copy).
+#[test]
+fn write_cache_rows_matches_reference() {
+    let device = gpu();
+    let (kv_heads, capacity, head_dim, n, at) = (3, 20, 16, 4, 9);
+    let cache = values(41, kv_heads * capacity * head_dim, 1.0);
+    let rows = values(42, n * kv_heads * head_dim, 1.0);
+    let cpu = Default::default();
+    let want = host_f32(Cpu::write_cache_rows(
+        tensor(&cache, [kv_heads, capacity, head_dim], &cpu),
+        tensor(&rows, [n, kv_heads, head_dim], &cpu),
+        at,
+    ));
+    let gpu_cache = tensor::<Gpu32, 3>(&cache, [kv_heads, capacity, head_dim], &device);
+    let got = host_f32(Gpu32::write_cache_rows(
+        gpu_cache,
+        tensor(&rows, [n, kv_heads, head_dim], &device),
+        at,
+    ));
+    assert_eq!(got, want, "in place");
+    let shared = tensor::<Gpu32, 3>(&cache, [kv_heads, capacity, head_dim], &device);
+    let got = host_f32(Gpu32::write_cache_rows(
+        shared.clone(),
+        tensor(&rows, [n, kv_heads, head_dim], &device),
+        at,
+    ));
+    assert_eq!(got, want, "shared cache");
+    assert_eq!(host_f32(shared), cache, "the other owner's cache changed");
+}
