@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The GPU suite, run on the H200 machine from binaries built on the development machine:
 #
-#   CUDARC_CUDA_VERSION=13000 cargo build --release -p ddtree-bench --features cuda
-#   mkdir -p .gpu && cp target/release/ddtree-bench .gpu/     # .gpu/ is ignored by git
-#   # on the GPU machine, from the repository root (stages: which parts to run):
-#   bash tools/gpu_suite.sh .gpu "$OUT" selftest eval lossless stages torch
+#   CUDARC_CUDA_VERSION=13000 cargo build --release -p ddtree-bench -p ddtree-server \
+#       --features ddtree-bench/cuda,ddtree-server/cuda
+#   mkdir -p .gpu && cp target/release/ddtree-{bench,server} .gpu/   # .gpu/ is ignored by git
+#   # on the GPU machine, from the repository root (the parts to run):
+#   bash tools/gpu_suite.sh .gpu "$OUT" selftest lossless stages eval server torch
 #
 # Every part writes its full output to $2/<part>.log; the summary is printed at the end.
 set -uo pipefail
-bin="$1/ddtree-bench"
+dir="$1"
+bin="$dir/ddtree-bench"
 out="$2"
 shift 2
 mkdir -p "$out"
@@ -37,6 +39,15 @@ for part in "$@"; do
       --random-prompts 8 --max-new-tokens 48 --budgets 4,16,64
     ;;
   stages) run stages "$bin" stages --device cuda ;;
+  server)
+    # The server on the GPU with its default model, one greedy chat request for code.
+    "$dir/ddtree-server" --device cuda --port 30123 --target models/demo/target --draft models/demo/draft >"$out/server.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 120); do curl -sf localhost:30123/health >/dev/null && break; sleep 1; done
+    run server-chat curl -sS localhost:30123/v1/chat/completions -H 'Content-Type: application/json' \
+      -d '{"messages":[{"role":"user","content":"Write a Python function that reverses a string"}],"max_tokens":64,"temperature":0}'
+    kill $pid
+    ;;
   torch) run torch env PYTHONUNBUFFERED=1 python3 tools/bench_transformers.py --topk 64 --compiled ;;
   *) echo "unknown part $part"; status=1 ;;
   esac

@@ -218,6 +218,28 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         );
     }
 
+    for (rows, cols, k) in [(15, 151936, 64), (15, 151936, 8), (3, 1000, 256)] {
+        let (l, l_ref) = on_device::<B, 2>(random(19, rows * cols, 8.0), [rows, cols], device);
+        let held = host_f32(l_ref.clone());
+        let (want_values, want_ids) = Cpu::top_k_log_softmax(l_ref, k);
+        let (values, ids) = B::top_k_log_softmax(l, k);
+        let name = format!("top_k_log_softmax {rows}x{cols}, k={k}");
+        checks.compare(&name, &host_f32(values), &host_f32(want_values));
+        // bf16 has fewer distinct values than a row has columns, so ties are certain: each rank's
+        // id must hold the reference's logit at that rank (the same choice up to ties).
+        let logit_at = |ids: Vec<u32>| -> Vec<f32> {
+            ids.iter()
+                .enumerate()
+                .map(|(i, &c)| held[(i / k) * cols + c as usize])
+                .collect()
+        };
+        let exact = logit_at(host_ids(ids)) == logit_at(host_ids(want_ids));
+        checks.failures += usize::from(!exact);
+        println!(
+            "{}",
+            json!({ "check": format!("{name} ids (up to ties)"), "exact": exact, "ok": exact })
+        );
+    }
     if !args.no_bandwidth {
         bandwidth::<B>(device)?;
     }

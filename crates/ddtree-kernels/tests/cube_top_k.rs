@@ -31,7 +31,11 @@ fn tensor<B: Backend>(data: &[f32], shape: [usize; 2], device: &B::Device) -> Te
 /// The kernel on `CubeBackend<WgpuRuntime, F, i32, u32>`: (values as f32, ids).
 fn gpu_top_k<F: FloatElement>(logits: &[f32], rows: usize, cols: usize, k: usize) -> (Vec<f32>, Vec<u32>) {
     type B<F> = CubeBackend<WgpuRuntime, F, i32, u32>;
-    let x = tensor::<B<F>>(logits, [rows, cols], &WgpuDevice::default());
+    // burn 0.21 creates float tensors in the device's default dtype (f32), whatever the backend's
+    // `F`: ask for `F` explicitly.
+    let data = TensorData::new(logits.to_vec(), [rows, cols]);
+    let x = Tensor::<B<F>, 2>::from_data(data, (&WgpuDevice::default(), F::dtype()));
+    assert_eq!(x.dtype(), F::dtype());
     let (v, i) = top_k_log_softmax::<WgpuRuntime, F, i32>(x.into_primitive().tensor(), k);
     let v: Tensor<B<F>, 2> = Tensor::from_primitive(TensorPrimitive::Float(v));
     let i: Tensor<B<F>, 2, Int> = Tensor::from_primitive(i);

@@ -15,7 +15,7 @@ use crate::validate::ModeRequest;
 pub enum Device {
     /// burn's ndarray backend, f32.
     Cpu,
-    /// NVIDIA GPUs (not built yet).
+    /// NVIDIA GPUs, bf16 (a binary built with `--features cuda`).
     Cuda,
 }
 
@@ -117,6 +117,8 @@ pub struct Args {
 /// Resolved settings.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// Where the model runs.
+    pub device: Device,
     /// Where to listen.
     pub addr: SocketAddr,
     /// The model to load.
@@ -152,11 +154,10 @@ pub struct Settings {
 impl Args {
     /// Checks the flags and resolves the settings.
     pub fn settings(&self) -> Result<Settings, String> {
-        if self.device == Device::Cuda {
-            return Err(
-                "--device cuda: the CUDA backend is not built yet; run with --device cpu (the default)"
-                    .into(),
-            );
+        if self.device == Device::Cuda && !cfg!(feature = "cuda") {
+            return Err("--device cuda: this binary was built without CUDA; rebuild with \
+                 `cargo build --release -p ddtree-server --features cuda`, or run with --device cpu (the default)"
+                .into());
         }
         if self.tree_budget > self.max_tree_budget {
             return Err(format!(
@@ -216,6 +217,7 @@ impl Args {
             },
         };
         Ok(Settings {
+            device: self.device,
             addr,
             source,
             served_model_name,
@@ -275,8 +277,13 @@ mod tests {
 
     #[test]
     fn cuda_and_bad_flags_fail_with_a_clear_message() {
-        let e = parse(&["--device", "cuda"]).unwrap_err();
-        assert!(e.contains("CUDA backend is not built yet"), "{e}");
+        let result = parse(&["--device", "cuda"]);
+        if cfg!(feature = "cuda") {
+            assert_eq!(result.map(|s| s.device), Ok(Device::Cuda));
+        } else {
+            let e = result.unwrap_err();
+            assert!(e.contains("built without CUDA"), "{e}");
+        }
         assert!(parse(&["--target", "/x"]).unwrap_err().contains("--draft"));
         assert!(
             parse(&["--tree-budget", "300"])

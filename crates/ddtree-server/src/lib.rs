@@ -81,6 +81,7 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<String>();
     let source = settings.source.clone();
+    let device = settings.device;
     tracing::info!(
         "loading target {} and drafter {}",
         source.target.display(),
@@ -88,7 +89,7 @@ pub async fn run(settings: Settings) -> Result<(), String> {
     );
     let state = start(
         settings,
-        Box::new(move || model::load_cpu(&source)),
+        Box::new(move || model::load(&source, device)),
         Box::new(move |e| {
             let _ = failed_tx.send(e);
         }),

@@ -7,10 +7,12 @@ use std::path::{Path, PathBuf};
 use burn_ndarray::NdArray;
 use ddtree_dflash::{DFlash, TargetHead};
 use ddtree_engine::{Drafter, Engine, EngineError, GenerateParams, Generation, Target};
+use ddtree_kernels::KernelOps;
 use ddtree_qwen::{LoadOptions, Qwen3};
 use ddtree_weights::{DFlashConfig, GenerationConfig, TokenizerFiles};
 use tokenizers::Tokenizer;
 
+use crate::cli::Device;
 use crate::template::ChatTemplate;
 
 /// The demo target shipped in the repository, served when no model flags are given: a small
@@ -93,11 +95,19 @@ impl ModelSource {
 /// A loaded model: what the HTTP side reads, and the generator the worker owns.
 pub type Loaded = (ModelInfo, Box<dyn Generator>);
 
-/// Loads the tokenizer, the template and the model pair on the CPU (burn's ndarray backend,
-/// f32).
-pub fn load_cpu(source: &ModelSource) -> Result<Loaded, String> {
-    type B = NdArray<f32>;
-    let device = Default::default();
+/// Loads the tokenizer, the template and the model pair on `device`: the CPU (burn's ndarray
+/// backend, f32) or an NVIDIA GPU (burn's CubeCL CUDA backend, bf16; needs the `cuda` feature).
+pub fn load(source: &ModelSource, device: Device) -> Result<Loaded, String> {
+    match device {
+        Device::Cpu => load_on::<NdArray<f32>>(source, &Default::default()),
+        #[cfg(feature = "cuda")]
+        Device::Cuda => load_on::<ddtree_kernels::cube::Cuda>(source, &Default::default()),
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda => Err("this binary was built without CUDA (`--features cuda`)".into()),
+    }
+}
+
+fn load_on<B: KernelOps>(source: &ModelSource, device: &B::Device) -> Result<Loaded, String> {
     let info = |what: &str, dir: &Path, e: &dyn std::fmt::Display| {
         format!("loading the {what} from {}: {e}", dir.display())
     };
@@ -108,13 +118,13 @@ pub fn load_cpu(source: &ModelSource) -> Result<Loaded, String> {
         max_context: source.max_context,
         capture_layers: draft_cfg.target_layer_ids.clone(),
     };
-    let target = Qwen3::<B>::load_dir(&source.target, options, &device)
+    let target = Qwen3::<B>::load_dir(&source.target, options, device)
         .map_err(|e| info("target", &source.target, &e))?;
     let head = TargetHead {
         embed_tokens: target.embed_tokens_weight(),
         lm_head: target.lm_head_weight(),
     };
-    let drafter = DFlash::<B>::load_dir(&source.draft, head, target.max_context(), &device)
+    let drafter = DFlash::<B>::load_dir(&source.draft, head, target.max_context(), device)
         .map_err(|e| info("drafter", &source.draft, &e))?;
     let generation = GenerationConfig::load_optional(&source.target)
         .map_err(|e| info("generation config", &source.target, &e))?;

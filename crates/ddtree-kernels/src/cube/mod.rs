@@ -41,6 +41,8 @@ pub use cubecl::cuda::CudaDevice;
 const PLANES_PER_CUBE: u32 = 4;
 /// Planes per cube splitting the keys of one attention row.
 const ATTENTION_PLANES: u32 = 8;
+/// The largest `k` the top-K kernel is tested for (DDTree budgets stay below it).
+const TOP_K_MAX: usize = 256;
 /// Units per cube for element-wise kernels.
 const ELEMENTWISE_CUBE: u32 = 256;
 
@@ -257,6 +259,15 @@ where
         float(out)
     }
 
+    fn top_k_log_softmax(logits: Tensor<Self, 2>, k: usize) -> (Tensor<Self, 2>, Tensor<Self, 2, Int>) {
+        let cols = logits.dims()[1];
+        if k == 0 || k > cols || k > TOP_K_MAX {
+            return crate::reference::top_k_log_softmax(logits, k);
+        }
+        let (values, ids) = top_k::top_k_log_softmax::<R, F, I>(cube(logits), k);
+        (float(values), Tensor::from_primitive(ids))
+    }
+
     fn argmax(logits: Tensor<Self, 2>) -> Tensor<Self, 1, Int> {
         let [rows, cols] = logits.dims();
         let logits = cube(logits);
@@ -365,10 +376,13 @@ fn vector_width<R: CubeRuntime>(tensors: &[&CubeTensor<R>], len: usize) -> usize
         .client
         .io_optimized_vector_sizes(elem)
         .find(|&width| {
-            len % width == 0
-                && tensors
-                    .iter()
-                    .all(|t| t.handle.offset_start.unwrap_or(0) % (width * elem) as u64 == 0)
+            len.is_multiple_of(width)
+                && tensors.iter().all(|t| {
+                    t.handle
+                        .offset_start
+                        .unwrap_or(0)
+                        .is_multiple_of((width * elem) as u64)
+                })
         })
         .unwrap_or(1)
 }
