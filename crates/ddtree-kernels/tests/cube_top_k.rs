@@ -192,3 +192,19 @@ fn top_k_edge_rows() {
     );
     assert_eq!(&ids[4 * k..4 * k + 3], &[4321, 0, 500], "row 4: ±0 tie by column");
 }
+
+/// More chunks than a cube has units (> 2²⁰ columns): stage 2 merges several lists per unit.
+/// The best values sit in the last chunks, with a tie between chunk 0 and chunk 256, which the
+/// same unit merges.
+#[test]
+fn top_k_many_chunks() {
+    let (rows, cols, k) = (1, 1_050_000, 6);
+    let mut logits = values(5, rows * cols, 3.0);
+    logits[cols - 1] = 9.0;
+    logits[1_048_577] = 8.0;
+    logits[3] = 7.5;
+    logits[256 * 4096 + 3] = 7.5;
+    check_both("many chunks", &logits, rows, cols, k);
+    let (_, ids) = gpu_top_k::<f32>(&logits, rows, cols, k);
+    assert_eq!(&ids[..4], &[cols as u32 - 1, 1_048_577, 3, 256 * 4096 + 3]);
+}

@@ -269,6 +269,7 @@ pub fn top_k_merge<F: Float, I: Int>(
     ids: &mut Array<I>,
     chunks: usize,
     k: usize,
+    #[comptime] lists_per_unit: usize,
     #[comptime] planes: usize,
 ) {
     let row = CUBE_POS_X as usize;
@@ -295,20 +296,45 @@ pub fn top_k_merge<F: Float, I: Int>(
     let row_max = row_stats.0;
     let ln_sum = f32::ln(row_stats.1);
 
-    // Candidates `unit + i·threads` of this row belong to this unit.
-    let n = chunks * k;
-    let cand_base = row * n;
+    // Each chunk's candidate list is sorted best first, so picking the row's top k is a
+    // k-way merge. Unit `u` owns the lists `u + l·threads` for l < lists_per_unit and keeps each
+    // list's head and the element after it in registers. `pos[l]` is the position of the
+    // element after the head. When a head wins, the next element becomes the head and the load
+    // of the following one is issued. That load is needed only when this list wins again, so
+    // its latency mostly overlaps later rounds.
+    let cand_base = row * chunks * k;
+    let mut head_keys = Array::<u32>::new(lists_per_unit);
+    let mut head_ids = Array::<u32>::new(lists_per_unit);
+    let mut next_keys = Array::<u32>::new(lists_per_unit);
+    let mut next_ids = Array::<u32>::new(lists_per_unit);
+    let mut pos = Array::<usize>::new(lists_per_unit);
     let mut best_key = 0u32.runtime();
     let mut best_id = NONE.runtime();
-    let mut i = unit;
-    while i < n {
-        let key = cand_keys[cand_base + i];
-        let id = cand_ids[cand_base + i];
-        if ranks_before(key, id, best_key, best_id) {
-            best_key = key;
-            best_id = id;
+    #[unroll]
+    for l in 0..lists_per_unit {
+        let list = unit + l * threads;
+        let mut head_key = 0u32.runtime();
+        let mut head_id = NONE.runtime();
+        let mut next_key = 0u32.runtime();
+        let mut next_id = NONE.runtime();
+        if list < chunks {
+            let at = cand_base + list * k;
+            head_key = cand_keys[at];
+            head_id = cand_ids[at];
+            if k > 1 {
+                next_key = cand_keys[at + 1];
+                next_id = cand_ids[at + 1];
+            }
         }
-        i += threads;
+        head_keys[l] = head_key;
+        head_ids[l] = head_id;
+        next_keys[l] = next_key;
+        next_ids[l] = next_id;
+        pos[l] = 1;
+        if ranks_before(head_key, head_id, best_key, best_id) {
+            best_key = head_key;
+            best_id = head_id;
+        }
     }
     let plane_init = plane_best(best_key, best_id);
     let mut plane_key = plane_init.0;
@@ -332,20 +358,33 @@ pub fn top_k_merge<F: Float, I: Int>(
         }
         if win_id != NONE && plane_key == win_key && plane_id == win_id {
             if best_key == win_key && best_id == win_id {
-                let mut next_key = 0u32.runtime();
-                let mut next_id = NONE.runtime();
-                let mut j = unit;
-                while j < n {
-                    let key = cand_keys[cand_base + j];
-                    let id = cand_ids[cand_base + j];
-                    if ranks_before(win_key, win_id, key, id) && ranks_before(key, id, next_key, next_id) {
-                        next_key = key;
-                        next_id = id;
+                let mut new_key = 0u32.runtime();
+                let mut new_id = NONE.runtime();
+                #[unroll]
+                for l in 0..lists_per_unit {
+                    // Real columns are unique, so only the winning list's head matches.
+                    if head_ids[l] == win_id {
+                        head_keys[l] = next_keys[l];
+                        head_ids[l] = next_ids[l];
+                        let p = pos[l] + 1;
+                        pos[l] = p;
+                        let mut next_key = 0u32.runtime();
+                        let mut next_id = NONE.runtime();
+                        if p < k {
+                            let at = cand_base + (unit + l * threads) * k + p;
+                            next_key = cand_keys[at];
+                            next_id = cand_ids[at];
+                        }
+                        next_keys[l] = next_key;
+                        next_ids[l] = next_id;
                     }
-                    j += threads;
+                    if ranks_before(head_keys[l], head_ids[l], new_key, new_id) {
+                        new_key = head_keys[l];
+                        new_id = head_ids[l];
+                    }
                 }
-                best_key = next_key;
-                best_id = next_id;
+                best_key = new_key;
+                best_id = new_id;
             }
             let plane_next = plane_best(best_key, best_id);
             plane_key = plane_next.0;
@@ -430,6 +469,7 @@ pub fn top_k_log_softmax<R: CubeRuntime, F: FloatElement, I: IntElement>(
             array(&ids),
             chunks,
             k,
+            chunks.div_ceil(CUBE_UNITS as usize),
             planes,
         );
     }
