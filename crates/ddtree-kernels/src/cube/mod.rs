@@ -1,4 +1,4 @@
-//! CubeCL kernels and the [`KernelOps`](crate::KernelOps) overrides for burn's CubeCL backends
+//! CubeCL kernels and the [`KernelOps`] overrides for burn's CubeCL backends
 //! (`CubeBackend` over CUDA, or over wgpu for tests on a software Vulkan device).
 //!
 //! Every kernel is generic over the float type (bf16 on the GPU, f32/f16 in tests) and

@@ -3,7 +3,7 @@
 //!
 //! The kernel makes two launches and never sorts a row.
 //!
-//! 1. [`top_k_chunks`] runs one cube of [`CUBE_UNITS`] units per (row, chunk of
+//! 1. [`top_k_chunks()`] runs one cube of `CUBE_UNITS` units per (row, chunk of
 //!    `COLS_PER_UNIT · CUBE_UNITS` = 4096 columns). Each unit keeps its 16 columns in registers.
 //!    The cube computes the chunk's max and `Σ exp(x − max)`. It then finds the chunk's `k` best
 //!    columns with `k` rounds of a cube-wide argmax. In each round every plane publishes its best
@@ -12,12 +12,12 @@
 //!    registers, and only its plane redoes the plane reduction. A rescan keeps the columns that
 //!    rank strictly after the winner, so nothing is ever marked "taken". The shared-memory
 //!    entries alternate between two buffers, which is why one barrier per round is enough.
-//! 2. [`top_k_merge`] runs one cube per row. It merges the chunks' `(max, Σexp)` into the row's
+//! 2. [`top_k_merge()`] runs one cube per row. It merges the chunks' `(max, Σexp)` into the row's
 //!    `(M, S)`. It then picks the `k` best of the chunks' `chunks · k` candidates with the same
 //!    rounds, and writes `(value − M) − ln S` (as `F`) and the column (as `I`).
 //!
 //! Ordering: values compare as f32 through an order-preserving u32 key (−0 folded into +0).
-//! Equal values rank by lower column, and [`NONE`] = `(key 0, column u32::MAX)` ranks last. Chunks
+//! Equal values rank by lower column, and `NONE` = `(key 0, column u32::MAX)` ranks last. Chunks
 //! shorter than `k` pad their candidate lists with `NONE`, and stage 2 never picks a pad because
 //! `k ≤ cols`.
 //!
