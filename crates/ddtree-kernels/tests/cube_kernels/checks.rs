@@ -1,7 +1,7 @@
 // The kernel checks, included by `cube_kernels_f32.rs` and `cube_kernels_f16.rs` with their
-// `Gpu` backend, `TOL` and `NAME`. (Each float type gets its own test binary: cubecl 0.10 on wgpu
-// reuses a kernel compiled for one float type when the same kernel is launched for another in the
-// same process — seen with f32 then f16 — and the GPU backend uses one float type per process.)
+// `Gpu` backend, `TOL` and `NAME`. (Each float type gets its own test binary: burn 0.21 fixes a
+// device's float dtype at its first use, so in a process that used the wgpu device in f32 first,
+// "f16" tensors are silently f32 and the f16 kernels read them wrongly.)
 
 use burn_ndarray::NdArray;
 use burn_tensor::{Int, Tensor, TensorData};
