@@ -13,6 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+use crate::stages::RandomTree;
 use crate::timing::repeat;
 use crate::{Device, Error};
 
@@ -172,8 +173,10 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
     }
     for (rows, prefix, tree) in [(1, 2048, false), (65, 2048, true), (16, 300, false)] {
         let (q_heads, kv_heads, head_dim, capacity) = (32, 8, 128, prefix + rows + 5);
-        let words = ancestor_words(rows);
-        let words_per_row = rows.div_ceil(64);
+        // The ancestor sets of a random tree of `rows` nodes (root + `rows − 1` draft nodes).
+        let RandomTree {
+            words, words_per_row, ..
+        } = RandomTree::new(rows - 1, 1, 12);
         let visibility = match (tree, rows) {
             (true, _) => Visibility::Tree(AncestorBits::new(&words, words_per_row).ok_or("bits")?),
             (false, 16) => Visibility::Full,
@@ -248,24 +251,6 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
     }
     println!("all kernel checks passed");
     Ok(())
-}
-
-/// Ancestor sets of a random tree of `rows` nodes (each node sees a random earlier node's set
-/// and itself).
-fn ancestor_words(rows: usize) -> Vec<u64> {
-    let words_per_row = rows.div_ceil(64);
-    let mut rng = StdRng::seed_from_u64(12);
-    let mut words = vec![0u64; rows * words_per_row];
-    for i in 0..rows {
-        if i > 0 {
-            let parent = rng.random_range(0..i);
-            for w in 0..words_per_row {
-                words[i * words_per_row + w] = words[parent * words_per_row + w];
-            }
-        }
-        words[i * words_per_row + i / 64] |= 1 << (i % 64);
-    }
-    words
 }
 
 /// Weight GB/s of `linear` at the decode (1 row) and tree-verify (65 rows) shapes of Qwen3-8B.

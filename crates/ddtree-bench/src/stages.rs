@@ -104,15 +104,15 @@ fn weight_bytes(hidden: usize, heads: usize, kv: usize, head_dim: usize, inter: 
 
 /// A random tree of `budget` draft nodes under the root: each node's parent is an earlier node
 /// (seeded), so depths and ancestor sets vary like a best-first tree's.
-struct RandomTree {
+pub(crate) struct RandomTree {
     tokens: Vec<u32>,
     depths: Vec<u32>,
-    words: Vec<u64>,
-    words_per_row: usize,
+    pub(crate) words: Vec<u64>,
+    pub(crate) words_per_row: usize,
 }
 
 impl RandomTree {
-    fn new(budget: usize, vocab: usize, seed: u64) -> Self {
+    pub(crate) fn new(budget: usize, vocab: usize, seed: u64) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
         let n = budget + 1;
         let words_per_row = n.div_ceil(64);
