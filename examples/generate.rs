@@ -5,6 +5,7 @@
 //! cargo run --release --example generate                       # the embedded demo pair
 //! cargo run --release --example generate -- --target DIR --draft DIR --prompt "def main(" \
 //!     --max-new-tokens 64 --tree-budget 16
+//! CUDARC_CUDA_VERSION=13000 cargo run --release --features cuda --example generate -- --device cuda
 //! ```
 //!
 //! The embedded demo pair (`models/demo/`) is a small Qwen3 target and its DFlash drafter trained
@@ -16,12 +17,15 @@ use std::path::PathBuf;
 use burn_ndarray::NdArray;
 use ddtree_dflash::{DFlash, TargetHead};
 use ddtree_engine::{Engine, GenerateParams, Mode};
+use ddtree_kernels::KernelOps;
 use ddtree_qwen::{LoadOptions, Qwen3};
 use ddtree_weights::{DFlashConfig, TokenizerFiles};
 
-type B = NdArray<f32>;
+type Error = Box<dyn std::error::Error + Send + Sync>;
 
 struct Args {
+    /// `cpu` (burn ndarray, f32) or `cuda` (bf16 with our CubeCL kernels; `--features cuda`).
+    device: String,
     target: PathBuf,
     draft: PathBuf,
     prompt: String,
@@ -32,6 +36,7 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let demo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/demo");
     let mut args = Args {
+        device: "cpu".into(),
         target: demo.join("target"),
         draft: demo.join("draft"),
         prompt: "def parse_args(".into(),
@@ -42,6 +47,7 @@ fn parse_args() -> Result<Args, String> {
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
+            "--device" => args.device = value()?,
             "--target" => args.target = value()?.into(),
             "--draft" => args.draft = value()?.into(),
             "--prompt" => args.prompt = value()?,
@@ -55,20 +61,30 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+fn main() -> Result<(), Error> {
     let args = parse_args()?;
-    let device = Default::default();
+    match args.device.as_str() {
+        "cpu" => generate::<NdArray<f32>>(&args, &Default::default()),
+        #[cfg(feature = "cuda")]
+        "cuda" => generate::<ddtree_kernels::cube::Cuda>(&args, &Default::default()),
+        #[cfg(not(feature = "cuda"))]
+        "cuda" => Err("built without CUDA: add `--features cuda`".into()),
+        other => Err(format!("unknown device {other:?} (cpu or cuda)").into()),
+    }
+}
+
+fn generate<B: KernelOps>(args: &Args, device: &B::Device) -> Result<(), Error> {
     let draft_config = DFlashConfig::from_file(args.draft.join("config.json"))?;
     let options = LoadOptions {
         max_context: Some(4096),
         capture_layers: draft_config.target_layer_ids.clone(),
     };
-    let target = Qwen3::<B>::load_dir(&args.target, options, &device)?;
+    let target = Qwen3::<B>::load_dir(&args.target, options, device)?;
     let head = TargetHead {
         embed_tokens: target.embed_tokens_weight(),
         lm_head: target.lm_head_weight(),
     };
-    let drafter = DFlash::load_dir(&args.draft, head, target.max_context(), &device)?;
+    let drafter = DFlash::load_dir(&args.draft, head, target.max_context(), device)?;
     let tokenizer = TokenizerFiles::load(&args.target)?;
     let prompt = tokenizer
         .tokenizer

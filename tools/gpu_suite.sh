@@ -5,7 +5,7 @@
 #       --features ddtree-bench/cuda,ddtree-server/cuda
 #   mkdir -p .gpu && cp target/release/ddtree-{bench,server} .gpu/   # .gpu/ is ignored by git
 #   # on the GPU machine, from the repository root (the parts to run):
-#   bash tools/gpu_suite.sh .gpu "$OUT" selftest lossless stages eval server torch
+#   bash tools/gpu_suite.sh .gpu "$OUT" selftest lossless stages eval server torch profile
 #
 # Every part writes its full output to $2/<part>.log; the summary is printed at the end.
 set -uo pipefail
@@ -39,6 +39,14 @@ for part in "$@"; do
       --random-prompts 8 --max-new-tokens 48 --budgets 4,16,64
     ;;
   stages) run stages "$bin" stages --device cuda ;;
+  profile)
+    # Launch counts and GPU time per kernel for each stage: cubecl's profiler (configured by a
+    # cubecl.toml in the working directory) prints a table at every device sync, and the stages
+    # command syncs between stages. Timings of this run are not valid (the profiler syncs).
+    prof="$(mktemp -d)"
+    printf '[profiling.logger]\nlevel = "basic"\nfile = "%s"\n' "$out/profile-kernels.log" >"$prof/cubecl.toml"
+    run profile bash -c "cd '$prof' && '$(realpath "$bin")' stages --device cuda --reps 10 --warmup 2 --budgets 64"
+    ;;
   server)
     # The server on the GPU with its default model, one greedy chat request for code.
     "$dir/ddtree-server" --device cuda --port 30123 --target models/demo/target --draft models/demo/draft >"$out/server.log" 2>&1 &

@@ -59,6 +59,24 @@ struct Checks {
 }
 
 impl Checks {
+    /// `linear` (or another `x · Wᵀ`) on `rows × k` by `[n, k]` against the reference.
+    fn linear<B: KernelOps>(
+        &mut self,
+        device: &B::Device,
+        name: &str,
+        (rows, k, n): (usize, usize, usize),
+        linear: impl FnOnce(Tensor<B, 2>, Tensor<B, 2>) -> Tensor<B, 2>,
+    ) {
+        let (x, x_ref) = on_device::<B, 2>(random(1, rows * k, 1.0), [rows, k], device);
+        let (w, w_ref) = on_device::<B, 2>(random(2, n * k, 0.05), [n, k], device);
+        let want = host_f32(Cpu::linear(x_ref, w_ref));
+        self.compare(
+            &format!("{name} {rows}x{k} · {n}x{k}ᵀ"),
+            &host_f32(linear(x, w)),
+            &want,
+        );
+    }
+
     fn compare(&mut self, name: &str, got: &[f32], want: &[f32]) {
         let err = if got.len() == want.len() {
             rel_err(got, want)
@@ -92,14 +110,11 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         (16, 4096, 64),
         (1, 13, 7),
     ] {
-        let (x, x_ref) = on_device::<B, 2>(random(1, rows * k, 1.0), [rows, k], device);
-        let (w, w_ref) = on_device::<B, 2>(random(2, n * k, 0.05), [n, k], device);
-        let want = host_f32(Cpu::linear(x_ref, w_ref));
-        checks.compare(
-            &format!("linear {rows}x{k} · {n}x{k}ᵀ"),
-            &host_f32(<B as KernelOps>::linear(x, w)),
-            &want,
-        );
+        checks.linear::<B>(device, "linear", (rows, k, n), <B as KernelOps>::linear);
+    }
+    #[cfg(feature = "cuda")]
+    if args.device == Device::Cuda {
+        tensor_cores::check(&mut checks, !args.no_bandwidth)?;
     }
     for (rows, hidden) in [(1, 4096), (17, 4096), (3, 100)] {
         let (x, x_ref) = on_device::<B, 2>(random(3, rows * hidden, 4.0), [rows, hidden], device);
@@ -244,7 +259,7 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         );
     }
     if !args.no_bandwidth {
-        bandwidth::<B>(device)?;
+        bandwidth::<B>(device, "linear", &[1, 65], <B as KernelOps>::linear)?;
     }
     if checks.failures > 0 {
         return Err(format!("{} kernel check(s) failed", checks.failures).into());
@@ -253,8 +268,13 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
     Ok(())
 }
 
-/// Weight GB/s of `linear` at the decode (1 row) and tree-verify (65 rows) shapes of Qwen3-8B.
-fn bandwidth<B: KernelOps>(device: &B::Device) -> Result<(), Error> {
+/// Weight GB/s of `linear` (an `x · Wᵀ`) for `row_counts` rows at the Qwen3-8B weight shapes.
+fn bandwidth<B: KernelOps>(
+    device: &B::Device,
+    name: &str,
+    row_counts: &[usize],
+    linear: impl Fn(Tensor<B, 2>, Tensor<B, 2>) -> Tensor<B, 2>,
+) -> Result<(), Error> {
     let elem = size_of::<B::FloatElem>();
     for (n, k) in [(12288, 4096), (4096, 12288), (151936, 4096)] {
         // Enough copies of the weight that the 50 MB L2 never holds the next one.
@@ -262,17 +282,17 @@ fn bandwidth<B: KernelOps>(device: &B::Device) -> Result<(), Error> {
         let weights: Vec<Tensor<B, 2>> = (0..copies)
             .map(|_| Tensor::random([n, k], Distribution::Normal(0.0, 0.02), device))
             .collect();
-        for rows in [1, 65] {
+        for &rows in row_counts {
             let x = Tensor::<B, 2>::random([rows, k], Distribution::Normal(0.0, 1.0), device);
             for w in &weights {
-                <B as KernelOps>::linear(x.clone(), w.clone());
+                linear(x.clone(), w.clone());
             }
             B::sync(device)?;
             let launches = 4 * copies;
             let mut i = 0;
             let s = repeat(1, 5, || -> Result<(), Error> {
                 for _ in 0..launches {
-                    <B as KernelOps>::linear(x.clone(), weights[i % copies].clone());
+                    linear(x.clone(), weights[i % copies].clone());
                     i += 1;
                 }
                 B::sync(device)?;
@@ -282,10 +302,44 @@ fn bandwidth<B: KernelOps>(device: &B::Device) -> Result<(), Error> {
             let gbs = (n * k * elem) as f64 / per_launch_s / 1e9;
             println!(
                 "{}",
-                json!({ "bandwidth": format!("linear {rows}x{k} · {n}x{k}ᵀ"), "us": per_launch_s * 1e6,
+                json!({ "bandwidth": format!("{name} {rows}x{k} · {n}x{k}ᵀ"), "us": per_launch_s * 1e6,
                         "weight_GB_per_s": gbs, "of_4300": gbs / 4300.0 })
             );
         }
     }
     Ok(())
+}
+
+/// The tensor-core linear ([`ddtree_kernels::cube::linear_tiled`]), not yet on the decode path:
+/// checked against the reference at drafter and tree-verify row counts (ragged ones padded to 16,
+/// one or two W tiles per cube, small and large `k`), then measured like `linear`.
+#[cfg(feature = "cuda")]
+mod tensor_cores {
+    use super::*;
+    use ddtree_kernels::cube::{Cuda, linear_tiled};
+
+    /// The product, or a 1×1 zero tensor when the kernel declines the shape (so the comparison,
+    /// whose lengths then differ, fails).
+    fn tiled(x: Tensor<Cuda, 2>, w: Tensor<Cuda, 2>) -> Tensor<Cuda, 2> {
+        linear_tiled(x, w).unwrap_or_else(|(x, _)| Tensor::zeros([1, 1], &x.device()))
+    }
+
+    pub fn check(checks: &mut Checks, measure: bool) -> Result<(), Error> {
+        let device = Default::default();
+        for shape in [
+            (9, 64, 96),
+            (16, 4096, 6144),
+            (17, 4096, 512),
+            (20, 48, 80),
+            (65, 4096, 1024),
+            (129, 12288, 256),
+            (144, 1024, 4096),
+        ] {
+            checks.linear::<Cuda>(&device, "linear_tiled", shape, tiled);
+        }
+        if measure {
+            bandwidth::<Cuda>(&device, "linear_tiled", &[16, 65, 129], tiled)?;
+        }
+        Ok(())
+    }
 }

@@ -258,6 +258,10 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
     drafter
         .draft(&out.features, &all_rows, bonus, 8, &mut draft_out)
         .map_err(|e| -> Error { e })?;
+    // A device sync between stages: with cubecl's profiling on (`tools/gpu_suite.sh profile`),
+    // each sync prints the kernels launched since the last one, so every stage gets its own
+    // launch counts and GPU times. Outside the timed regions, so free otherwise.
+    B::sync(device)?;
     report.add(
         "prefill",
         Summary::of(&mut [prefill]),
@@ -275,6 +279,7 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         target.truncate(args.context);
         Ok(())
     })?;
+    B::sync(device)?;
     let host = Summary::of(&mut enqueue[args.warmup..]);
     report.add(
         "AR step",
@@ -298,6 +303,7 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             features = out.features;
             Ok(())
         })?;
+        B::sync(device)?;
         report.add(
             &format!("verify B={budget}"),
             s,
@@ -318,6 +324,7 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             .draft(&features, &rows, bonus, k, &mut draft_out)
             .map_err(|e| -> Error { e })
     })?;
+    B::sync(device)?;
     report.add(
         "draft",
         s,

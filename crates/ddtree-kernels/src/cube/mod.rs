@@ -57,7 +57,12 @@ where
         let [rows, k] = x.dims();
         let [n_out, k_w] = weight.dims();
         assert_eq!(k, k_w, "linear: x has {k} features, the weight expects {k_w}");
-        if rows == 0 || rows > linear::MAX_ROWS {
+        if rows == 0 {
+            return crate::reference::linear(x, weight);
+        }
+        if rows > linear::MAX_ROWS {
+            // The tensor-core kernel (`linear_tiled`) joins this path once the GPU self-test has
+            // checked it on the H200; until then burn's matmul keeps the decoder exact.
             return crate::reference::linear(x, weight);
         }
         let (x, w) = (cube(x), cube(weight));
@@ -326,6 +331,85 @@ where
     } else {
         into_contiguous(t)
     }
+}
+
+/// `x · Wᵀ` on tensor cores ([`linear::linear_tiles`]) for 9–144 rows of `x`, or the inputs back
+/// when the device has no 16×16×16 tiles for the float type (lavapipe) or the sizes do not tile.
+///
+/// Not yet on the decode path: `ddtree-bench self-test --device cuda` checks it against the
+/// reference and measures its bandwidth first.
+#[allow(clippy::type_complexity)]
+pub fn linear_tiled<R, F, I, BT>(
+    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    weight: Tensor<CubeBackend<R, F, I, BT>, 2>,
+) -> Result<
+    Tensor<CubeBackend<R, F, I, BT>, 2>,
+    (
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+    ),
+>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let [rows, k] = x.dims();
+    let n_out = weight.dims()[0];
+    let client = R::client(&x.device());
+    let elem = F::as_type_native_unchecked().storage_type();
+    let tiles = cubecl::ir::features::MmaConfig {
+        a_type: elem,
+        b_type: elem,
+        cd_type: f32::as_type_native_unchecked().storage_type(),
+        m: 16,
+        n: 16,
+        k: 16,
+    };
+    let hardware = &client.properties().hardware;
+    let shape = (hardware.plane_size_max == 32 && client.features().matmul.cmma.contains(&tiles))
+        .then(|| linear::TileShape::choose(rows, n_out, k, hardware.max_shared_memory_size))
+        .flatten();
+    let Some(shape) = shape else {
+        return Err((x, weight));
+    };
+    // The A tiles are read 16 rows at a time: pad x with zero rows (a fresh, aligned buffer).
+    let padded_rows = 16 * shape.m_tiles;
+    let x = if padded_rows > rows {
+        let zeros = Tensor::zeros([padded_rows - rows, k], &x.device());
+        Tensor::cat(vec![x, zeros], 0)
+    } else {
+        x
+    };
+    let (x, w) = (cube(x), cube(weight));
+    // WMMA loads need 32-byte aligned tile starts.
+    let aligned = |t: &CubeTensor<R>| t.handle.offset_start.unwrap_or(0).is_multiple_of(32);
+    if !aligned(&x) || !aligned(&w) {
+        return Err((float(x), float(w)));
+    }
+    let y = contiguous::<R, F, _>(&x, [rows, n_out]);
+    let cubes = (n_out / (16 * shape.n_tiles)) as u32;
+    // SAFETY: x holds `16 · m_tiles` dense rows of k, W `n_out` dense rows of k, y `rows · n_out`;
+    // `TileShape::choose` guarantees the tiling divides k and n_out.
+    unsafe {
+        linear::linear_tiles::launch_unchecked::<F, R>(
+            &client,
+            CubeCount::Static(cubes, 1, 1),
+            CubeDim::new_2d(32, shape.split as u32),
+            array(&x),
+            array(&w),
+            array(&y),
+            rows,
+            n_out,
+            k,
+            shape.m_tiles,
+            shape.n_tiles,
+            shape.split,
+            shape.unroll,
+        );
+    }
+    Ok(float(y))
 }
 
 /// A tensor with a dense last dimension as an array argument spanning its last element.
