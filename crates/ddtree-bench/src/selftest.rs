@@ -8,6 +8,7 @@
 
 use burn_ndarray::NdArray;
 use burn_tensor::{Distribution, Tensor, TensorData};
+use ddtree_kernels::nn::{HeadShape, QkvRows, RmsNorm};
 use ddtree_kernels::{AncestorBits, AttentionContext, KernelOps, Visibility, host_f32, host_ids};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -126,6 +127,25 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             &want,
         );
     }
+    for (rows, hidden) in [(1, 4096), (65, 4096), (3, 100)] {
+        let (x, x_ref) = on_device::<B, 2>(random(20, rows * hidden, 4.0), [rows, hidden], device);
+        let (d, d_ref) = on_device::<B, 2>(random(21, rows * hidden, 4.0), [rows, hidden], device);
+        let (w, w_ref) = on_device::<B, 1>(random(4, hidden, 1.0), [hidden], device);
+        // The reference adds in f32; the device rounds the sum to its float type before the norm
+        // (as its separate add would), which the tolerance covers.
+        let (want_sum, want) = Cpu::add_rms_norm(x_ref, d_ref, w_ref, 1e-6);
+        let (sum, got) = B::add_rms_norm(x, d, w, 1e-6);
+        checks.compare(
+            &format!("add_rms_norm sum {rows}x{hidden}"),
+            &host_f32(sum),
+            &host_f32(want_sum),
+        );
+        checks.compare(
+            &format!("add_rms_norm {rows}x{hidden}"),
+            &host_f32(got),
+            &host_f32(want),
+        );
+    }
     for (rows, cols) in [(1, 12288), (65, 12288), (3, 1001)] {
         let (g, g_ref) = on_device::<B, 2>(random(5, rows * cols, 6.0), [rows, cols], device);
         let (u, u_ref) = on_device::<B, 2>(random(6, rows * cols, 2.0), [rows, cols], device);
@@ -185,6 +205,53 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             &host_f32(B::write_cache_rows(cache, rows, at)),
             &want,
         );
+    }
+    for (n, context_rows) in [(1, 0), (65, 0), (20, 4)] {
+        // Qwen3-8B's attention step: 32 query / 8 key-value heads of 128, full rotary, the
+        // drafter's key/value-only context rows in the last case.
+        let (heads, kv_heads, head_dim, half, capacity, at) = (32, 8, 128, 64, 2200, 2048);
+        let width = (heads + 2 * kv_heads) * head_dim;
+        let cache = [kv_heads, capacity, head_dim];
+        let (qkv, qkv_ref) = on_device::<B, 2>(random(22, n * width, 3.0), [n, width], device);
+        let (qn, qn_ref) = on_device::<B, 1>(random(23, head_dim, 1.5), [head_dim], device);
+        let (kn, kn_ref) = on_device::<B, 1>(random(24, head_dim, 1.5), [head_dim], device);
+        let (cos, cos_ref) = on_device::<B, 2>(random(25, n * half, 1.0), [n, half], device);
+        let (sin, sin_ref) = on_device::<B, 2>(random(26, n * half, 1.0), [n, half], device);
+        let cache_len = kv_heads * capacity * head_dim;
+        let (keys, keys_ref) = on_device::<B, 3>(random(27, cache_len, 1.0), cache, device);
+        let (values, values_ref) = on_device::<B, 3>(random(28, cache_len, 1.0), cache, device);
+        fn rows<K: KernelOps>(
+            [q_norm, k_norm]: [Tensor<K, 1>; 2],
+            [cos, sin]: [Tensor<K, 2>; 2],
+            (heads, kv_heads, head_dim, context_rows): (usize, usize, usize, usize),
+        ) -> QkvRows<K> {
+            QkvRows {
+                shape: HeadShape {
+                    heads,
+                    kv_heads,
+                    head_dim,
+                },
+                k_at: heads * head_dim,
+                context_rows,
+                q_norm: RmsNorm::new(q_norm, 1e-6),
+                k_norm: RmsNorm::new(k_norm, 1e-6),
+                cos,
+                sin,
+            }
+        }
+        let sizes = (heads, kv_heads, head_dim, context_rows);
+        let want = Cpu::qk_norm_rope_write(
+            qkv_ref,
+            rows([qn_ref, kn_ref], [cos_ref, sin_ref], sizes),
+            keys_ref,
+            values_ref,
+            at,
+        );
+        let got = B::qk_norm_rope_write(qkv, rows([qn, kn], [cos, sin], sizes), keys, values, at);
+        let name = format!("qk_norm_rope_write {n} rows ({context_rows} context)");
+        checks.compare(&format!("{name}: queries"), &host_f32(got.0), &host_f32(want.0));
+        checks.compare(&format!("{name}: keys"), &host_f32(got.1), &host_f32(want.1));
+        checks.compare(&format!("{name}: values"), &host_f32(got.2), &host_f32(want.2));
     }
     for (rows, prefix, tree) in [(1, 2048, false), (65, 2048, true), (16, 300, false)] {
         let (q_heads, kv_heads, head_dim, capacity) = (32, 8, 128, prefix + rows + 5);

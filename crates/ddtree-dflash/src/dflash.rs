@@ -131,8 +131,9 @@ impl<B: KernelOps> DraftLayer<B> {
             },
             window: self.window,
         };
-        let h = h + self.attention.forward(kv_input, cos, sin, &ctx, context_rows);
-        h.clone() + self.mlp.forward(self.post_attention_norm.forward(h))
+        let attended = self.attention.forward(kv_input, cos, sin, &ctx, context_rows);
+        let (h, normed) = self.post_attention_norm.add_forward(h, attended);
+        h + self.mlp.forward(normed)
     }
 }
 

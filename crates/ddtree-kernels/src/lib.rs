@@ -64,6 +64,29 @@ pub trait KernelOps: Backend {
         reference::rms_norm(x, weight, eps)
     }
 
+    /// `x + delta` and its RMSNorm, in one pass over the rows ([`reference::add_rms_norm`]).
+    fn add_rms_norm(
+        x: Tensor<Self, 2>,
+        delta: Tensor<Self, 2>,
+        weight: Tensor<Self, 1>,
+        eps: f64,
+    ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
+        reference::add_rms_norm(x, delta, weight, eps)
+    }
+
+    /// Per-head q/k RMSNorm, RoPE and the KV-cache write, from the fused QKV projection
+    /// `qkv: [n, ·]` ([`reference::qk_norm_rope_write`]). Returns the queries and the updated
+    /// key and value caches.
+    fn qk_norm_rope_write(
+        qkv: Tensor<Self, 2>,
+        rows: nn::QkvRows<Self>,
+        keys: Tensor<Self, 3>,
+        values: Tensor<Self, 3>,
+        at: usize,
+    ) -> (Tensor<Self, 3>, Tensor<Self, 3>, Tensor<Self, 3>) {
+        reference::qk_norm_rope_write(qkv, rows, keys, values, at)
+    }
+
     /// `x · Wᵀ` for a Hugging Face `[out, in]` weight ([`reference::linear`]).
     fn linear(x: Tensor<Self, 2>, weight: Tensor<Self, 2>) -> Tensor<Self, 2> {
         reference::linear(x, weight)

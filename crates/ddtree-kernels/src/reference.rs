@@ -15,6 +15,19 @@ pub fn rms_norm<B: Backend>(x: Tensor<B, 2>, weight: Tensor<B, 1>, eps: f64) -> 
     x / rms * weight.unsqueeze::<2>()
 }
 
+/// The residual add before a pre-norm: `sum = x + delta` and `rms_norm(sum)`, both `[rows,
+/// hidden]`. The norm reads the sum as stored (rounded to the backend's float type), as an add
+/// followed by a norm does.
+pub fn add_rms_norm<B: Backend>(
+    x: Tensor<B, 2>,
+    delta: Tensor<B, 2>,
+    weight: Tensor<B, 1>,
+    eps: f64,
+) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let sum = x + delta;
+    (sum.clone(), rms_norm(sum, weight, eps))
+}
+
 /// `x · Wᵀ` with `x: [rows, in]` and `weight: [out, in]` (the Hugging Face layout).
 pub fn linear<B: Backend>(x: Tensor<B, 2>, weight: Tensor<B, 2>) -> Tensor<B, 2> {
     x.matmul(weight.transpose())
@@ -262,4 +275,48 @@ pub fn gated_rms_norm<B: Backend>(
     eps: f64,
 ) -> Tensor<B, 2> {
     rms_norm(x, weight, eps) * z.clone() / z.neg().exp().add_scalar(1.0)
+}
+
+/// The attention step between the QKV projection and attention, as the composition of the
+/// separate ops of `B` (pure burn ops on a backend without overrides): the per-head q/k RMSNorm,
+/// RoPE on queries and keys, and the write of keys and values into the cache at row `at`.
+/// `qkv: [n, ·]` holds `[q | (gate) | k | v]` per row; returns the queries `[n − context_rows,
+/// heads, head_dim]` and the updated key and value caches.
+pub fn qk_norm_rope_write<B: crate::KernelOps>(
+    qkv: Tensor<B, 2>,
+    rows: crate::nn::QkvRows<B>,
+    keys: Tensor<B, 3>,
+    values: Tensor<B, 3>,
+    at: usize,
+) -> (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>) {
+    let crate::nn::HeadShape {
+        heads,
+        kv_heads,
+        head_dim,
+    } = rows.shape;
+    let (n, k_at, context_rows) = (qkv.dims()[0], rows.k_at, rows.context_rows);
+    let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
+    let q = qkv
+        .clone()
+        .slice([context_rows..n, 0..q_width])
+        .reshape([n - context_rows, heads, head_dim]);
+    let k = qkv
+        .clone()
+        .slice([0..n, k_at..k_at + kv_width])
+        .reshape([n, kv_heads, head_dim]);
+    let v = qkv
+        .slice([0..n, k_at + kv_width..k_at + 2 * kv_width])
+        .reshape([n, kv_heads, head_dim]);
+    let half = rows.cos.dims()[1];
+    let (q_cos, q_sin) = (
+        rows.cos.clone().slice([context_rows..n, 0..half]),
+        rows.sin.clone().slice([context_rows..n, 0..half]),
+    );
+    let q = B::rope(rows.q_norm.forward_heads(q), q_cos, q_sin);
+    let k = B::rope(rows.k_norm.forward_heads(k), rows.cos, rows.sin);
+    (
+        q,
+        B::write_cache_rows(keys, k, at),
+        B::write_cache_rows(values, v, at),
+    )
 }

@@ -155,9 +155,20 @@ impl<B: KernelOps, M: Mixer<B>> DecoderLayer<B, M> {
         })
     }
 
-    fn forward(&mut self, x: Tensor<B, 2>, block: &Block<'_, B>) -> Tensor<B, 2> {
-        let x = x.clone() + self.mixer.forward(self.input_norm.forward(x), block);
-        x.clone() + self.mlp.forward(self.post_attention_norm.forward(x))
+    /// The layer on the residual stream `x`, given `normed`, its input norm (applied by the
+    /// caller: each residual add is fused with the norm after it). Returns the new stream and
+    /// `next` (the next layer's input norm, or the final norm) applied to it.
+    fn forward(
+        &mut self,
+        x: Tensor<B, 2>,
+        normed: Tensor<B, 2>,
+        next: &RmsNorm<B>,
+        block: &Block<'_, B>,
+    ) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        let (x, normed) = self
+            .post_attention_norm
+            .add_forward(x, self.mixer.forward(normed, block));
+        next.add_forward(x, self.mlp.forward(normed))
     }
 }
 
@@ -344,7 +355,7 @@ impl<B: KernelOps, M: Mixer<B>> Stack<B, M> {
         parents: &[i32],
         commits: bool,
     ) -> Result<ForwardOutput<B>> {
-        let mut x = self.embed(tokens)?;
+        let x = self.embed(tokens)?;
         let (cos, sin) = self.rope.gather(positions);
         let block = Block {
             cos,
@@ -355,8 +366,18 @@ impl<B: KernelOps, M: Mixer<B>> Stack<B, M> {
             conv_windows: OnceCell::new(),
         };
         let mut captured: Vec<(usize, Tensor<B, 2>)> = Vec::with_capacity(self.capture_layers.len());
-        for (l, layer) in self.layers.iter_mut().enumerate() {
-            x = layer.forward(x, &block);
+        let mut normed = match self.layers.first() {
+            Some(layer) => layer.input_norm.forward(x.clone()),
+            None => self.norm.forward(x.clone()),
+        };
+        let mut x = x;
+        for l in 0..self.layers.len() {
+            let next = self
+                .layers
+                .get(l + 1)
+                .map_or(&self.norm, |layer| &layer.input_norm)
+                .clone();
+            (x, normed) = self.layers[l].forward(x, normed, &next, &block);
             if self.capture_layers.contains(&l) {
                 captured.push((l, x.clone()));
             }
@@ -370,7 +391,7 @@ impl<B: KernelOps, M: Mixer<B>> Stack<B, M> {
                 .collect();
             Tensor::cat(ordered, 1)
         });
-        let hidden = self.norm.forward(x);
+        let hidden = normed;
         Ok(ForwardOutput {
             logits: self.lm_head.forward(hidden.clone()),
             hidden,

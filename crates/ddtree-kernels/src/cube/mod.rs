@@ -25,6 +25,7 @@ use burn_cubecl::{CubeBackend, CubeRuntime};
 use burn_tensor::{Int, Shape, Tensor, TensorPrimitive};
 use cubecl::prelude::*;
 
+use crate::nn::{HeadShape, QkvRows};
 use crate::{AttentionContext, KernelOps, Visibility};
 
 /// The GPU backend the project runs on NVIDIA devices: burn's CubeCL CUDA backend in bf16 (f32
@@ -112,6 +113,44 @@ where
         float(y)
     }
 
+    fn add_rms_norm(
+        x: Tensor<Self, 2>,
+        delta: Tensor<Self, 2>,
+        weight: Tensor<Self, 1>,
+        eps: f64,
+    ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
+        let [rows, hidden] = x.dims();
+        assert_eq!(
+            delta.dims(),
+            [rows, hidden],
+            "add_rms_norm: x and delta differ in shape"
+        );
+        let (x, delta, w) = (cube(x), cube(delta), cube(weight));
+        let sum = contiguous::<R, F, _>(&x, [rows, hidden]);
+        let y = contiguous::<R, F, _>(&x, [rows, hidden]);
+        let width = vector_width(&[&x, &delta, &w, &sum, &y], hidden);
+        let (count, dim) = row_grid(&x.client, rows);
+        // SAFETY: contiguous buffers of `rows · hidden` (x, delta, sum, y) and `hidden` elements.
+        unsafe {
+            norm::add_rms_norm_rows::launch_unchecked::<F, R>(
+                &x.client,
+                count,
+                dim,
+                width,
+                array(&x),
+                array(&delta),
+                array(&w),
+                array(&sum),
+                array(&y),
+                hidden / width,
+                rows,
+                1.0 / hidden as f32,
+                eps as f32,
+            );
+        }
+        (float(sum), float(y))
+    }
+
     fn silu_mul(gate: Tensor<Self, 2>, up: Tensor<Self, 2>) -> Tensor<Self, 2> {
         let [rows, cols] = gate.dims();
         // Row views (the halves of the fused gate/up projection) are read in place.
@@ -162,6 +201,72 @@ where
             );
         }
         float(y)
+    }
+
+    fn qk_norm_rope_write(
+        qkv: Tensor<Self, 2>,
+        rows: QkvRows<Self>,
+        keys: Tensor<Self, 3>,
+        values: Tensor<Self, 3>,
+        at: usize,
+    ) -> (Tensor<Self, 3>, Tensor<Self, 3>, Tensor<Self, 3>) {
+        let HeadShape {
+            heads,
+            kv_heads,
+            head_dim,
+        } = rows.shape;
+        let (keys, values) = (keys.into_primitive().tensor(), values.into_primitive().tensor());
+        // In place when the caches are ours alone and share one layout (the decode loop's case);
+        // otherwise the separate ops, which copy.
+        let in_place = keys.can_mut()
+            && values.can_mut()
+            && keys.meta.strides() == values.meta.strides()
+            && keys.meta.strides()[2] == 1;
+        if !in_place {
+            return crate::reference::qk_norm_rope_write(qkv, rows, float(keys), float(values), at);
+        }
+        let [n, width] = qkv.dims();
+        let half = rows.cos.dims()[1];
+        let (qkv, cos, sin) = (cube(qkv), cube(rows.cos), cube(rows.sin));
+        let (q_norm, k_norm) = (
+            cube(rows.q_norm.weight().clone()),
+            cube(rows.k_norm.weight().clone()),
+        );
+        let queries = n - rows.context_rows;
+        let q = contiguous::<R, F, _>(&qkv, [queries, heads, head_dim]);
+        let (head_stride, row_stride) = (keys.meta.strides()[0], keys.meta.strides()[1]);
+        let plane = qkv.client.properties().hardware.plane_size_max;
+        // SAFETY: qkv is dense `[n, width]` with q, k and v inside each row; rows `at..at + n` lie
+        // inside the caches (the caller checks capacity); q is dense `[queries, heads, head_dim]`.
+        unsafe {
+            rope::qk_norm_rope_write_rows::launch_unchecked::<F, R>(
+                &qkv.client,
+                CubeCount::Static(n as u32, (heads + kv_heads) as u32, 1),
+                CubeDim::new_1d(plane),
+                array(&qkv),
+                array(&q_norm),
+                array(&k_norm),
+                array(&cos),
+                array(&sin),
+                array(&q),
+                view_array(&keys),
+                view_array(&values),
+                width,
+                rows.context_rows,
+                rows.k_at,
+                kv_heads * head_dim,
+                half,
+                head_stride,
+                row_stride,
+                at,
+                rows.q_norm.eps() as f32,
+                rows.k_norm.eps() as f32,
+                heads,
+                head_dim,
+                plane as usize,
+            );
+        }
+        (float(q), float(keys), float(values))
     }
 
     fn write_cache_rows(cache: Tensor<Self, 3>, rows: Tensor<Self, 3>, at: usize) -> Tensor<Self, 3> {

@@ -1,4 +1,5 @@
-//! RMSNorm, one plane per row, f32 statistics. Reference: [`crate::reference::rms_norm`].
+//! RMSNorm, alone or after the residual add, one plane per row, f32 statistics. References:
+//! [`crate::reference::rms_norm`], [`crate::reference::add_rms_norm`].
 
 use cubecl::prelude::*;
 
@@ -31,6 +32,50 @@ pub fn rms_norm_rows<F: Float, N: Size>(
         let mut j = lane;
         while j < hidden_vecs {
             let v = Vector::<f32, N>::cast_from(x[base + j]);
+            let g = Vector::<f32, N>::cast_from(weight[j]);
+            y[base + j] = Vector::<F, N>::cast_from(v / Vector::<f32, N>::new(rms) * g);
+            j += step;
+        }
+    }
+}
+
+/// `sum = x + delta`, then `y = rms_norm(sum) · weight`, for `x, delta, sum, y: [rows, hidden]`:
+/// the residual add and the next pre-norm in one launch. The norm reads the sum as stored (in
+/// `F`), exactly as the separate add and norm do; each lane re-reads only what it wrote.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm_rows<F: Float, N: Size>(
+    x: &Array<Vector<F, N>>,
+    delta: &Array<Vector<F, N>>,
+    weight: &Array<Vector<F, N>>,
+    sum: &mut Array<Vector<F, N>>,
+    y: &mut Array<Vector<F, N>>,
+    hidden_vecs: usize,
+    rows: usize,
+    inv_hidden: f32,
+    eps: f32,
+) {
+    let row = (CUBE_POS_X * CUBE_DIM_Y + UNIT_POS_Y) as usize;
+    if row < rows {
+        let lane = UNIT_POS_X as usize;
+        let step = CUBE_DIM_X as usize;
+        let base = row * hidden_vecs;
+        let mut squares = Vector::<f32, N>::new(0.0);
+        let mut i = lane;
+        while i < hidden_vecs {
+            let s = Vector::<F, N>::cast_from(
+                Vector::<f32, N>::cast_from(x[base + i]) + Vector::<f32, N>::cast_from(delta[base + i]),
+            );
+            sum[base + i] = s;
+            let v = Vector::<f32, N>::cast_from(s);
+            squares = fma(v, v, squares);
+            i += step;
+        }
+        let total = plane_sum(f32::cast_from(squares.vector_sum()));
+        let rms = f32::sqrt(total * inv_hidden + eps);
+        let mut j = lane;
+        while j < hidden_vecs {
+            let v = Vector::<f32, N>::cast_from(sum[base + j]);
             let g = Vector::<f32, N>::cast_from(weight[j]);
             y[base + j] = Vector::<F, N>::cast_from(v / Vector::<f32, N>::new(rms) * g);
             j += step;

@@ -1,4 +1,5 @@
-//! NeoX ("rotate half") rotary embedding. Reference: [`crate::reference::rope`].
+//! NeoX ("rotate half") rotary embedding, alone and fused into the attention step after the QKV
+//! projection. References: [`crate::reference::rope`], [`crate::reference::qk_norm_rope_write`].
 
 use cubecl::prelude::*;
 
@@ -33,6 +34,100 @@ pub fn rope_rows<F: Float>(
             y[i] = F::cast_from(out);
         } else {
             y[i] = x[i];
+        }
+    }
+}
+
+/// The attention step after the fused QKV projection, in one launch (reference:
+/// [`crate::reference::qk_norm_rope_write`]): for each row and head of `qkv: [n, width]`,
+/// the per-head RMSNorm (query or key weight), then RoPE; queries go to `q_out: [n −
+/// context_rows, heads, head_dim]`, keys (and the untouched values) into the caches at row
+/// `at + row`.
+///
+/// One plane per (row, slot): cube `(row, slot)` with slots `0..heads` the queries (rows from
+/// `context_rows` on) and `heads..heads + kv_heads` the keys and values. The normalised head,
+/// rounded to `F` as the separate norm stores it, is staged in shared memory so each lane can
+/// read its rotation partner.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn qk_norm_rope_write_rows<F: Float>(
+    qkv: &Array<F>,
+    q_norm: &Array<F>,
+    k_norm: &Array<F>,
+    cos: &Array<F>,
+    sin: &Array<F>,
+    q_out: &mut Array<F>,
+    keys: &mut Array<F>,
+    values: &mut Array<F>,
+    width: usize,
+    context_rows: usize,
+    k_at: usize,
+    kv_width: usize,
+    half: usize,
+    head_stride: usize,
+    row_stride: usize,
+    at: usize,
+    q_eps: f32,
+    k_eps: f32,
+    #[comptime] heads: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] plane: usize,
+) {
+    let row = CUBE_POS_X as usize;
+    let slot = CUBE_POS_Y as usize;
+    let lane = UNIT_POS_X as usize;
+    let is_query = slot < heads;
+    let active = !is_query || row >= context_rows;
+    let kv_head = slot - select(is_query, slot, heads);
+    let src = row * width + select(is_query, slot * head_dim, k_at + kv_head * head_dim);
+    let eps = select(is_query, q_eps, k_eps);
+    let per_lane = comptime!(head_dim.div_ceil(plane));
+    let mut staged = SharedMemory::<f32>::new(head_dim);
+
+    let mut squares = 0.0f32;
+    #[unroll]
+    for t in 0..per_lane {
+        let d = lane + t * plane;
+        if d < head_dim {
+            let v = f32::cast_from(qkv[src + d]);
+            squares += v * v;
+        }
+    }
+    let rms = f32::sqrt(plane_sum(squares) / comptime!(head_dim as f32) + eps);
+    #[unroll]
+    for t in 0..per_lane {
+        let d = lane + t * plane;
+        if d < head_dim {
+            let w = select(is_query, f32::cast_from(q_norm[d]), f32::cast_from(k_norm[d]));
+            let normed = F::cast_from(f32::cast_from(qkv[src + d]) / rms * w);
+            staged[d] = f32::cast_from(normed);
+        }
+    }
+    sync_cube();
+
+    #[unroll]
+    for t in 0..per_lane {
+        let d = lane + t * plane;
+        if d < head_dim && active {
+            let mut out = staged[d];
+            if d < 2 * half {
+                let f = d % half;
+                let c = f32::cast_from(cos[row * half + f]);
+                let s = f32::cast_from(sin[row * half + f]);
+                let x1 = staged[f];
+                let x2 = staged[f + half];
+                out = x2 * c + x1 * s;
+                if d < half {
+                    out = x1 * c - x2 * s;
+                }
+            }
+            if is_query {
+                q_out[((row - context_rows) * heads + slot) * head_dim + d] = F::cast_from(out);
+            } else {
+                let cell = kv_head * head_stride + (at + row) * row_stride + d;
+                keys[cell] = F::cast_from(out);
+                values[cell] = qkv[src + kv_width + d];
+            }
         }
     }
 }

@@ -18,6 +18,29 @@ pub struct HeadShape {
     pub head_dim: usize,
 }
 
+/// What the step between the QKV projection and attention needs besides the projection and the
+/// cache ([`KernelOps::qk_norm_rope_write`]): where queries, keys and values sit in a projection
+/// row, the per-head norms and the rotary rows.
+#[derive(Clone, Debug)]
+pub struct QkvRows<B: KernelOps> {
+    /// Heads and dims per head.
+    pub shape: HeadShape,
+    /// The first column of the keys (the values follow them; the queries start at column 0, and
+    /// gated layers keep their gate in between).
+    pub k_at: usize,
+    /// Leading rows that bring keys and values only (the drafter's context rows): the queries
+    /// are the rows after them.
+    pub context_rows: usize,
+    /// Per-head query RMSNorm.
+    pub q_norm: RmsNorm<B>,
+    /// Per-head key RMSNorm.
+    pub k_norm: RmsNorm<B>,
+    /// Rotary cos of every row, `[n, rotary_dim / 2]`.
+    pub cos: Tensor<B, 2>,
+    /// Rotary sin of every row, `[n, rotary_dim / 2]`.
+    pub sin: Tensor<B, 2>,
+}
+
 /// One attention layer with its KV cache.
 #[derive(Clone, Debug)]
 pub struct Attention<B: KernelOps> {
@@ -96,39 +119,24 @@ impl<B: KernelOps> Attention<B> {
         ctx: &AttentionContext<'_>,
         context_rows: usize,
     ) -> Tensor<B, 2> {
-        let HeadShape {
-            heads,
-            kv_heads,
-            head_dim,
-        } = self.shape;
+        let HeadShape { heads, head_dim, .. } = self.shape;
         let n = x.dims()[0];
         let queries = n - context_rows;
-        let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
+        let q_width = heads * head_dim;
         let qkv = self.qkv.forward(x);
-        let q = qkv
-            .clone()
-            .slice([context_rows..n, 0..q_width])
-            .reshape([queries, heads, head_dim]);
         let gate = self
             .gated
             .then(|| qkv.clone().slice([context_rows..n, q_width..2 * q_width]));
-        let k_at = if self.gated { 2 * q_width } else { q_width };
-        let k = qkv
-            .clone()
-            .slice([0..n, k_at..k_at + kv_width])
-            .reshape([n, kv_heads, head_dim]);
-        let v = qkv
-            .slice([0..n, k_at + kv_width..k_at + 2 * kv_width])
-            .reshape([n, kv_heads, head_dim]);
-
-        let [_, half] = cos.dims();
-        let (q_cos, q_sin) = (
-            cos.clone().slice([context_rows..n, 0..half]),
-            sin.clone().slice([context_rows..n, 0..half]),
-        );
-        let q = B::rope(self.q_norm.forward_heads(q), q_cos, q_sin);
-        let k = B::rope(self.k_norm.forward_heads(k), cos, sin);
-        self.cache.write(k, v, ctx.prefix_len - context_rows);
+        let rows = QkvRows {
+            shape: self.shape,
+            k_at: if self.gated { 2 * q_width } else { q_width },
+            context_rows,
+            q_norm: self.q_norm.clone(),
+            k_norm: self.k_norm.clone(),
+            cos,
+            sin,
+        };
+        let q = self.cache.write_qkv(qkv, rows, ctx.prefix_len - context_rows);
         let (keys, values) = self.cache.tensors();
         let scale = (head_dim as f64).powf(-0.5);
         let out = B::cached_attention(q, keys, values, ctx, scale).reshape([queries, q_width]);

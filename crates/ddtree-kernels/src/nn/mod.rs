@@ -5,7 +5,7 @@ mod attention;
 
 use burn_tensor::{Int, Tensor, TensorData};
 
-pub use attention::{Attention, HeadShape};
+pub use attention::{Attention, HeadShape, QkvRows};
 
 use crate::KernelOps;
 
@@ -54,6 +54,21 @@ impl<B: KernelOps> RmsNorm<B> {
     /// Normalises each row of `[rows, dim]`.
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         B::rms_norm(x, self.weight.clone(), self.eps)
+    }
+
+    /// The residual add before this norm: returns `x + delta` and its normalised rows.
+    pub fn add_forward(&self, x: Tensor<B, 2>, delta: Tensor<B, 2>) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        B::add_rms_norm(x, delta, self.weight.clone(), self.eps)
+    }
+
+    /// The `[dim]` weight.
+    pub fn weight(&self) -> &Tensor<B, 1> {
+        &self.weight
+    }
+
+    /// The ε added to the mean square.
+    pub fn eps(&self) -> f64 {
+        self.eps
     }
 
     /// Normalises each `[dim]` vector of `[rows, heads, dim]` (per-head q/k norms).
@@ -183,14 +198,17 @@ impl<B: KernelOps> KvCache<B> {
         self.tensors().0.dims()[1]
     }
 
-    /// Writes `[n, kv_heads, head_dim]` keys and values at rows `at..at + n`.
-    pub fn write(&mut self, new_keys: Tensor<B, 3>, new_values: Tensor<B, 3>, at: usize) {
+    /// Normalises and rotates the queries and keys of a fused QKV projection, writes the keys and
+    /// values at rows `at..`, and returns the queries `[queries, heads, head_dim]`
+    /// ([`KernelOps::qk_norm_rope_write`]).
+    pub fn write_qkv(&mut self, qkv: Tensor<B, 2>, rows: QkvRows<B>, at: usize) -> Tensor<B, 3> {
+        let mut queries = None;
         self.update(|keys, values| {
-            (
-                B::write_cache_rows(keys, new_keys, at),
-                B::write_cache_rows(values, new_values, at),
-            )
+            let (q, keys, values) = B::qk_norm_rope_write(qkv, rows, keys, values, at);
+            queries = Some(q);
+            (keys, values)
         });
+        queries.expect("the update closure always runs")
     }
 
     /// Moves rows `at + keep[i]` to `at + i` (`keep` increasing).

@@ -108,6 +108,36 @@ fn rms_norm_matches_reference() {
 }
 
 #[test]
+fn add_rms_norm_matches_reference() {
+    let device = gpu();
+    for (rows, hidden) in [(1, 64), (5, 40), (9, 13), (2, 4096)] {
+        let x = values(rows as u64, rows * hidden, 3.0);
+        let d = values(rows as u64 + 100, rows * hidden, 2.0);
+        let w = values(hidden as u64, hidden, 1.0);
+        let cpu = Default::default();
+        let (want_sum, want) = Cpu::add_rms_norm(
+            tensor(&x, [rows, hidden], &cpu),
+            tensor(&d, [rows, hidden], &cpu),
+            tensor(&w, [hidden], &cpu),
+            1e-6,
+        );
+        let (sum, got) = Gpu::add_rms_norm(
+            tensor(&x, [rows, hidden], &device),
+            tensor(&d, [rows, hidden], &device),
+            tensor(&w, [hidden], &device),
+            1e-6,
+        );
+        for (what, got, want) in [("sum", sum, want_sum), ("norm", got, want)] {
+            let err = max_rel_err(&host_f32(got), &host_f32(want));
+            assert!(
+                err < TOL,
+                "{NAME} add_rms_norm {what} rows={rows} hidden={hidden}: error {err}"
+            );
+        }
+    }
+}
+
+#[test]
 fn silu_mul_matches_reference() {
     let device = gpu();
     for (rows, cols) in [(1, 96), (3, 7), (4, 1000)] {
@@ -298,4 +328,97 @@ fn write_cache_rows_matches_reference() {
     ));
     assert_eq!(got, want, "shared cache");
     assert_eq!(host_f32(shared), cache, "the other owner's cache changed");
+}
+
+/// One attention step's inputs for `qk_norm_rope_write`, as host values.
+struct QkvCase {
+    n: usize,
+    context_rows: usize,
+    shape: ddtree_kernels::nn::HeadShape,
+    half: usize,
+    gated: bool,
+    capacity: usize,
+    at: usize,
+    seed: u64,
+}
+
+impl QkvCase {
+    fn k_at(&self) -> usize {
+        let q_width = self.shape.heads * self.shape.head_dim;
+        if self.gated { 2 * q_width } else { q_width }
+    }
+
+    fn width(&self) -> usize {
+        self.k_at() + 2 * self.shape.kv_heads * self.shape.head_dim
+    }
+
+    /// The queries, keys cache and values cache after the step on backend `B`; with
+    /// `shared_caches` another handle holds the caches (the copying path).
+    fn run<B: KernelOps>(&self, device: &B::Device, shared_caches: bool) -> [Vec<f32>; 3] {
+        use ddtree_kernels::nn::{QkvRows, RmsNorm};
+        let (n, d, s) = (self.n, self.shape.head_dim, self.seed);
+        let cache = [self.shape.kv_heads, self.capacity, d];
+        let cache_len = cache.iter().product();
+        let norm = |seed, eps| RmsNorm::new(tensor(&values(seed, d, 1.5), [d], device), eps);
+        let rows = QkvRows {
+            shape: self.shape,
+            k_at: self.k_at(),
+            context_rows: self.context_rows,
+            q_norm: norm(s + 1, 1e-6),
+            k_norm: norm(s + 2, 1e-5),
+            cos: tensor(&values(s + 3, n * self.half, 1.0), [n, self.half], device),
+            sin: tensor(&values(s + 4, n * self.half, 1.0), [n, self.half], device),
+        };
+        let qkv = tensor(&values(s, n * self.width(), 3.0), [n, self.width()], device);
+        let keys = tensor(&values(s + 5, cache_len, 1.0), cache, device);
+        let values_cache = tensor(&values(s + 6, cache_len, 1.0), cache, device);
+        let held = shared_caches.then(|| (keys.clone(), values_cache.clone()));
+        let (q, k, v) = B::qk_norm_rope_write(qkv, rows, keys, values_cache, self.at);
+        drop(held);
+        [host_f32(q), host_f32(k), host_f32(v)]
+    }
+}
+
+/// The fused q/k norm + RoPE + cache write: plain and gated layouts, key/value-only context rows
+/// (the drafter), partial rotary, head sizes that do not fill the lanes, caches written in place
+/// and, when shared, copied.
+#[test]
+fn qk_norm_rope_write_matches_reference() {
+    use ddtree_kernels::nn::HeadShape;
+    let shape = |heads, kv_heads, head_dim| HeadShape {
+        heads,
+        kv_heads,
+        head_dim,
+    };
+    let cases = [
+        (3, 0, shape(4, 2, 16), 8, false),
+        (5, 2, shape(2, 1, 32), 8, true),
+        (1, 0, shape(3, 3, 24), 6, false),
+        (4, 1, shape(2, 2, 64), 32, false),
+    ];
+    for (i, (n, context_rows, shape, half, gated)) in cases.into_iter().enumerate() {
+        let case = QkvCase {
+            n,
+            context_rows,
+            shape,
+            half,
+            gated,
+            capacity: n + 9,
+            at: 5,
+            seed: 50 + 10 * i as u64,
+        };
+        let want = case.run::<Cpu>(&Default::default(), false);
+        for shared in [false, true] {
+            let got = case.run::<Gpu>(&gpu(), shared);
+            for (what, got, want) in [("queries", 0), ("keys", 1), ("values", 2)]
+                .map(|(what, j)| (what, &got[j], &want[j]))
+            {
+                let err = max_rel_err(got, want);
+                assert!(
+                    err < TOL,
+                    "{NAME} qk_norm_rope_write case {i} ({what}, shared caches {shared}): error {err}"
+                );
+            }
+        }
+    }
 }
