@@ -172,7 +172,7 @@ pub fn linear_tiles<F: Float>(
     }
 }
 
-/// A launch shape for [`linear_tiles`]: the tiles per cube, the planes splitting `k` and the
+/// A launch shape for [`linear_tiles()`]: the tiles per cube, the planes splitting `k` and the
 /// k-steps loaded ahead. Chosen from the H200 measurements in `docs/perf-notes.md`: wide split-K
 /// for few row tiles (the W stream needs many planes in flight), fewer planes and two k-steps of
 /// look-ahead as the row tiles (accumulators per plane) grow.

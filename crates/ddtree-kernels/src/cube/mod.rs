@@ -438,7 +438,7 @@ where
     }
 }
 
-/// `x · Wᵀ` on tensor cores ([`linear::linear_tiles`]) for 9–144 rows of `x`, or the inputs back
+/// `x · Wᵀ` on tensor cores ([`linear::linear_tiles()`]) for 9–144 rows of `x`, or the inputs back
 /// when the device has no 16×16×16 tiles for the float type (lavapipe) or the sizes do not tile.
 ///
 /// Not yet on the decode path: `ddtree-bench self-test --device cuda` checks it against the
