@@ -39,6 +39,8 @@ for part in "$@"; do
       --random-prompts 8 --max-new-tokens 48 --budgets 4,16,64
     ;;
   stages) run stages "$bin" stages --device cuda ;;
+  # The same with burn's matmul for more than 8 rows: the baseline of the tensor-core linear.
+  stages-matmul) run stages-matmul "$bin" stages --device cuda --tensor-cores false ;;
   profile)
     # Launch counts and GPU time per kernel for each stage: cubecl's profiler (configured by a
     # cubecl.toml in the working directory) prints a table at every device sync, and the stages

@@ -52,6 +52,9 @@ pub struct Args {
     /// Untimed warm-up repetitions per stage.
     #[arg(long, default_value_t = 5)]
     warmup: usize,
+    /// Tensor-core linear for more than 8 rows (`false`: burn's matmul), on CUDA.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    tensor_cores: bool,
 }
 
 /// Model shapes.
@@ -198,10 +201,13 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         std: 0.02,
         tied_embeddings: false,
     };
+    #[cfg(feature = "cuda")]
+    ddtree_kernels::cube::set_tensor_cores(args.tensor_cores);
     println!(
         "{}",
         json!({ "device": crate::describe(args.device), "preset": format!("{:?}", args.preset),
-                "context": args.context, "reps": args.reps, "warmup": args.warmup })
+                "context": args.context, "reps": args.reps, "warmup": args.warmup,
+                "tensor_cores": args.tensor_cores })
     );
 
     let t = Instant::now();

@@ -24,6 +24,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, CubeRuntime};
 use burn_tensor::{Int, Shape, Tensor, TensorPrimitive};
 use cubecl::prelude::*;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::nn::{HeadShape, QkvRows};
 use crate::{AttentionContext, KernelOps, Visibility};
@@ -47,6 +48,15 @@ const TOP_K_MAX: usize = 256;
 /// Units per cube for element-wise kernels.
 const ELEMENTWISE_CUBE: u32 = 256;
 
+/// Whether linear layers of more than [`linear::MAX_ROWS`] rows use [`linear_tiled`].
+static TENSOR_CORES: AtomicBool = AtomicBool::new(true);
+
+/// Turns the tensor-core linear for tree-verify and drafter rows on (the default) or off (burn's
+/// matmul instead), for the whole process: benchmarks compare the two in one run.
+pub fn set_tensor_cores(enabled: bool) {
+    TENSOR_CORES.store(enabled, Ordering::Relaxed);
+}
+
 impl<R, F, I, BT> KernelOps for CubeBackend<R, F, I, BT>
 where
     R: CubeRuntime,
@@ -62,9 +72,12 @@ where
             return crate::reference::linear(x, weight);
         }
         if rows > linear::MAX_ROWS {
-            // The tensor-core kernel (`linear_tiled`) joins this path once the GPU self-test has
-            // checked it on the H200; until then burn's matmul keeps the decoder exact.
-            return crate::reference::linear(x, weight);
+            // Tree-verify and drafter rows: tensor cores where the device has them, else burn's
+            // matmul (lavapipe, or more rows than the tiled kernel takes).
+            if !TENSOR_CORES.load(Ordering::Relaxed) {
+                return crate::reference::linear(x, weight);
+            }
+            return linear_tiled(x, weight).unwrap_or_else(|(x, w)| crate::reference::linear(x, w));
         }
         let (x, w) = (cube(x), cube(weight));
         let y = contiguous::<R, F, _>(&x, [rows, n_out]);
@@ -441,8 +454,9 @@ where
 /// `x · Wᵀ` on tensor cores ([`linear::linear_tiles()`]) for 9–144 rows of `x`, or the inputs back
 /// when the device has no 16×16×16 tiles for the float type (lavapipe) or the sizes do not tile.
 ///
-/// Not yet on the decode path: `ddtree-bench self-test --device cuda` checks it against the
-/// reference and measures its bandwidth first.
+/// [`KernelOps::linear`] uses it for more than [`linear::MAX_ROWS`] rows unless
+/// [`set_tensor_cores`] turned it off; `ddtree-bench self-test --device cuda` checks it against the
+/// reference and measures its bandwidth.
 #[allow(clippy::type_complexity)]
 pub fn linear_tiled<R, F, I, BT>(
     x: Tensor<CubeBackend<R, F, I, BT>, 2>,
