@@ -27,15 +27,8 @@ pub fn rms_norm_rows<F: Float, N: Size>(
             squares = fma(v, v, squares);
             i += step;
         }
-        let sum = plane_sum(f32::cast_from(squares.vector_sum()));
-        let rms = f32::sqrt(sum * inv_hidden + eps);
-        let mut j = lane;
-        while j < hidden_vecs {
-            let v = Vector::<f32, N>::cast_from(x[base + j]);
-            let g = Vector::<f32, N>::cast_from(weight[j]);
-            y[base + j] = Vector::<F, N>::cast_from(v / Vector::<f32, N>::new(rms) * g);
-            j += step;
-        }
+        let rms = f32::sqrt(plane_sum(f32::cast_from(squares.vector_sum())) * inv_hidden + eps);
+        scale_row::<F, N>(x, weight, y, base, hidden_vecs, rms);
     }
 }
 
@@ -71,14 +64,27 @@ pub fn add_rms_norm_rows<F: Float, N: Size>(
             squares = fma(v, v, squares);
             i += step;
         }
-        let total = plane_sum(f32::cast_from(squares.vector_sum()));
-        let rms = f32::sqrt(total * inv_hidden + eps);
-        let mut j = lane;
-        while j < hidden_vecs {
-            let v = Vector::<f32, N>::cast_from(sum[base + j]);
-            let g = Vector::<f32, N>::cast_from(weight[j]);
-            y[base + j] = Vector::<F, N>::cast_from(v / Vector::<f32, N>::new(rms) * g);
-            j += step;
-        }
+        let rms = f32::sqrt(plane_sum(f32::cast_from(squares.vector_sum())) * inv_hidden + eps);
+        scale_row::<F, N>(sum, weight, y, base, hidden_vecs, rms);
+    }
+}
+
+/// The second pass of both norms: `y[row] = source[row] / rms · weight`, the plane's lanes
+/// striding over the row that starts at `base`.
+#[cube]
+fn scale_row<F: Float, N: Size>(
+    source: &Array<Vector<F, N>>,
+    weight: &Array<Vector<F, N>>,
+    y: &mut Array<Vector<F, N>>,
+    base: usize,
+    hidden_vecs: usize,
+    rms: f32,
+) {
+    let mut j = UNIT_POS_X as usize;
+    while j < hidden_vecs {
+        let v = Vector::<f32, N>::cast_from(source[base + j]);
+        let g = Vector::<f32, N>::cast_from(weight[j]);
+        y[base + j] = Vector::<F, N>::cast_from(v / Vector::<f32, N>::new(rms) * g);
+        j += CUBE_DIM_X as usize;
     }
 }
