@@ -2,10 +2,12 @@
 //! rows), with causal, full or tree (ancestor bit set) visibility and an optional sliding window —
 //! no dense mask. Reference: [`crate::reference::cached_attention`].
 //!
-//! One cube per (query row, query head). Its planes split the keys (key `j` goes to plane
-//! `j mod planes`) and keep an online softmax each; lanes split the head dimension and reduce
-//! each score with `plane_sum`. The planes' partial results are merged in shared memory, as in
-//! flash-decoding.
+//! Flash-decoding: [`attention_splits`] gives each cube one KV head, one split of the keys and a
+//! block of query rows with every query head that shares the KV head (grouped-query attention
+//! reads each key once per block, not once per head). The cube stages `plane` keys at a time in
+//! shared memory; each plane takes one query at a time, each lane scores one key, and the online
+//! softmax state of the cube's queries stays in shared memory. [`attention_combine`] merges the
+//! splits' partial results when there is more than one.
 
 use cubecl::prelude::*;
 
@@ -16,20 +18,30 @@ pub const FULL: u32 = 1;
 /// Row `i` sees block row `j` iff bit `j` of row `i` is set in `bits`.
 pub const TREE: u32 = 2;
 
+/// Shared-memory floats of query state per cube: `max_queries = QUERY_STATE / head_dim` queries.
+pub const QUERY_STATE: usize = 2048;
+
 /// `q: [rows, q_heads, head_dim]`, `k`/`v: [kv_heads, capacity, head_dim]` with head and row strides
 /// `head_stride`, `row_stride` (elements; rows may be pitched) and the block at cache rows
-/// `prefix_len..prefix_len + rows`, `bits: [rows, words]` little-endian u32 words (only read
-/// for [`TREE`]), `out: [rows, q_heads, head_dim]`. `window` 0 means none; otherwise the query at
-/// cache row `p` sees only cache rows `> p - window`. Launch with `CubeCount = (rows, q_heads)`
-/// and `CubeDim = (plane, planes)`.
+/// `prefix_len..prefix_len + rows`, `bits: [rows, words]` little-endian u32 words (only read for
+/// [`TREE`]). `window` 0 means none; otherwise the query at cache row `p` sees only cache rows
+/// `> p - window`.
+///
+/// Launch with `CubeCount = (kv_heads, splits, ⌈rows / rows_per_block⌉)` and
+/// `CubeDim = (plane, planes)`; `keys_per_split` is a multiple of `plane` and
+/// `rows_per_block · q_heads / kv_heads ≤ max_queries`. With one split the cube writes
+/// `out: [rows, q_heads, head_dim]`; otherwise split `s` writes its unnormalised accumulator to
+/// `part_acc[s, row, head, :]` and its running max and sum to `part_ml[s, row, head, 0..2]`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn attention_rows<F: Float>(
+pub fn attention_splits<F: Float>(
     q: &Array<F>,
     k: &Array<F>,
     v: &Array<F>,
     bits: &Array<u32>,
     out: &mut Array<F>,
+    part_acc: &mut Array<f32>,
+    part_ml: &mut Array<f32>,
     head_stride: usize,
     row_stride: usize,
     prefix_len: usize,
@@ -37,6 +49,9 @@ pub fn attention_rows<F: Float>(
     words: usize,
     window: usize,
     scale: f32,
+    keys_per_split: usize,
+    rows_per_block: usize,
+    splits: usize,
     #[comptime] q_heads: usize,
     #[comptime] kv_heads: usize,
     #[comptime] head_dim: usize,
@@ -44,109 +59,189 @@ pub fn attention_rows<F: Float>(
     #[comptime] planes: usize,
     #[comptime] mode: u32,
 ) {
-    let row = CUBE_POS_X as usize;
-    let head = CUBE_POS_Y as usize;
-    let kv_head = head / comptime!(q_heads / kv_heads);
+    let group = comptime!(q_heads / kv_heads);
+    let max_queries = comptime!(QUERY_STATE / head_dim);
+    // Rows of the key tile are padded by two elements so that lanes reading "their" key at the
+    // same dimension hit different shared-memory banks.
+    let pitch = comptime!(head_dim + 2);
+    let units = comptime!(plane * planes);
+    let per_lane = comptime!(head_dim.div_ceil(plane));
+    let kv_head = CUBE_POS_X as usize;
+    let split = CUBE_POS_Y as usize;
+    let first_row = CUBE_POS_Z as usize * rows_per_block;
     let lane = UNIT_POS_X as usize;
     let me = UNIT_POS_Y as usize;
-    let per_lane = comptime!(head_dim.div_ceil(plane));
-    let q_base = (row * q_heads + head) * head_dim;
-
-    // This lane's slice of the (pre-scaled) query and of the output accumulator.
-    let mut qr = Array::<f32>::new(per_lane);
-    let mut acc = Array::<f32>::new(per_lane);
-    #[unroll]
-    for t in 0..per_lane {
-        let d = lane + t * plane;
-        let mut value = 0.0f32;
-        if d < head_dim {
-            value = f32::cast_from(q[q_base + d]) * scale;
-        }
-        qr[t] = value;
-        acc[t] = 0.0f32;
-    }
-
-    let query_pos = prefix_len + row;
+    let unit = me * plane + lane;
+    let queries = usize::min(rows_per_block, rows - first_row) * group;
     let kv_len = prefix_len + rows;
-    let mut m = f32::min_value();
-    let mut l = 0.0f32;
-    let mut j = me;
-    while j < kv_len {
-        let mut visible = window == 0 || j + window > query_pos;
-        if j >= prefix_len {
-            let col = j - prefix_len;
-            if comptime!(mode == CAUSAL) {
-                visible = visible && col <= row;
-            } else if comptime!(mode == TREE) {
-                let word = bits[row * words + col / 32];
-                visible = visible && ((word >> u32::cast_from(col % 32)) & 1u32) == 1u32;
-            }
-        }
-        if visible {
-            let base = kv_head * head_stride + j * row_stride;
-            let mut part = 0.0f32;
-            #[unroll]
-            for t in 0..per_lane {
-                let d = lane + t * plane;
-                if d < head_dim {
-                    part += qr[t] * f32::cast_from(k[base + d]);
-                }
-            }
-            let score = plane_sum(part);
-            let m_new = f32::max(m, score);
-            let correction = f32::exp(m - m_new);
-            let weight = f32::exp(score - m_new);
-            l = l * correction + weight;
-            #[unroll]
-            for t in 0..per_lane {
-                let d = lane + t * plane;
-                if d < head_dim {
-                    acc[t] = acc[t] * correction + weight * f32::cast_from(v[base + d]);
-                }
-            }
-            m = m_new;
-        }
-        j += planes;
-    }
+    let key_start = split * keys_per_split;
+    let key_end = usize::min(kv_len, key_start + keys_per_split);
 
-    // Merge the planes: out = Σ_p acc_p · e^(m_p − M) / Σ_p l_p · e^(m_p − M).
-    let mut maxes = SharedMemory::<f32>::new(planes);
-    let mut sums = SharedMemory::<f32>::new(planes);
-    let mut accs = SharedMemory::<f32>::new(comptime!(planes * head_dim));
-    if lane == 0 {
-        maxes[me] = m;
-        sums[me] = l;
+    // Query `i` of the cube is block row `first_row + i / group`, head `kv_head · group + i % group`.
+    let mut qs = SharedMemory::<f32>::new(comptime!(max_queries * head_dim));
+    let mut accs = SharedMemory::<f32>::new(comptime!(max_queries * head_dim));
+    let mut ms = SharedMemory::<f32>::new(max_queries);
+    let mut ls = SharedMemory::<f32>::new(max_queries);
+    let mut ks = SharedMemory::<F>::new(comptime!(plane * pitch));
+    let mut vs = SharedMemory::<F>::new(comptime!(plane * head_dim));
+
+    let mut e = unit;
+    while e < queries * head_dim {
+        let i = e / head_dim;
+        let row = first_row + i / group;
+        let head = kv_head * group + i % group;
+        qs[e] = f32::cast_from(q[(row * q_heads + head) * head_dim + e % head_dim]) * scale;
+        accs[e] = 0.0f32;
+        e += units;
     }
-    #[unroll]
-    for t in 0..per_lane {
-        let d = lane + t * plane;
-        if d < head_dim {
-            accs[me * head_dim + d] = acc[t];
-        }
+    let mut i = unit;
+    while i < queries {
+        ms[i] = f32::min_value();
+        ls[i] = 0.0f32;
+        i += units;
     }
     sync_cube();
-    if me == 0 {
-        let mut top = f32::min_value();
-        #[unroll]
-        for p in 0..planes {
-            top = f32::max(top, maxes[p]);
+
+    let mut tile = key_start;
+    while tile < key_end {
+        let mut e = unit;
+        while e < comptime!(plane * head_dim) {
+            let key = tile + e / head_dim;
+            let mut kv = F::from_int(0);
+            let mut vv = F::from_int(0);
+            if key < key_end {
+                let at = kv_head * head_stride + key * row_stride + e % head_dim;
+                kv = k[at];
+                vv = v[at];
+            }
+            ks[(e / head_dim) * pitch + e % head_dim] = kv;
+            vs[e] = vv;
+            e += units;
         }
-        let mut total = 0.0f32;
-        #[unroll]
-        for p in 0..planes {
-            total += sums[p] * f32::exp(maxes[p] - top);
+        sync_cube();
+
+        let key = tile + lane;
+        let mut i = me;
+        while i < queries {
+            let row = first_row + i / group;
+            let query_pos = prefix_len + row;
+            let mut visible = key < key_end && (window == 0 || key + window > query_pos);
+            if visible && key >= prefix_len {
+                let col = key - prefix_len;
+                if comptime!(mode == CAUSAL) {
+                    visible = col <= row;
+                } else if comptime!(mode == TREE) {
+                    let word = bits[row * words + col / 32];
+                    visible = ((word >> u32::cast_from(col % 32)) & 1u32) == 1u32;
+                }
+            }
+            let mut score = 0.0f32;
+            for d in 0..head_dim {
+                score += qs[i * head_dim + d] * f32::cast_from(ks[lane * pitch + d]);
+            }
+            let score = select(visible, score, f32::min_value());
+            let m_old = ms[i];
+            let m_new = f32::max(m_old, plane_max(score));
+            let weight = select(visible, f32::exp(score - m_new), 0.0f32);
+            let correction = f32::exp(m_old - m_new);
+            let l_new = ls[i] * correction + plane_sum(weight);
+
+            let mut acc = Array::<f32>::new(per_lane);
+            #[unroll]
+            for t in 0..per_lane {
+                let d = lane + t * plane;
+                acc[t] = 0.0f32;
+                if d < head_dim {
+                    acc[t] = accs[i * head_dim + d] * correction;
+                }
+            }
+            // Every lane takes part in each shuffle; only the head dimension is guarded.
+            #[unroll]
+            for j in 0..plane {
+                let w = plane_shuffle(weight, comptime!(j as u32));
+                #[unroll]
+                for t in 0..per_lane {
+                    let d = lane + t * plane;
+                    if d < head_dim {
+                        acc[t] += w * f32::cast_from(vs[j * head_dim + d]);
+                    }
+                }
+            }
+            #[unroll]
+            for t in 0..per_lane {
+                let d = lane + t * plane;
+                if d < head_dim {
+                    accs[i * head_dim + d] = acc[t];
+                }
+            }
+            // The state is read back only after the next `sync_cube`.
+            if lane == 0 {
+                ms[i] = m_new;
+                ls[i] = l_new;
+            }
+            i += planes;
         }
+        sync_cube();
+        tile += plane;
+    }
+
+    let mut i = me;
+    while i < queries {
+        let row = first_row + i / group;
+        let head = kv_head * group + i % group;
+        let query = row * q_heads + head;
         #[unroll]
         for t in 0..per_lane {
             let d = lane + t * plane;
             if d < head_dim {
-                let mut o = 0.0f32;
-                #[unroll]
-                for p in 0..planes {
-                    o += accs[p * head_dim + d] * f32::exp(maxes[p] - top);
+                if splits == 1 {
+                    out[query * head_dim + d] = F::cast_from(accs[i * head_dim + d] / ls[i]);
+                } else {
+                    part_acc[(split * rows * q_heads + query) * head_dim + d] = accs[i * head_dim + d];
                 }
-                out[q_base + d] = F::cast_from(o / total);
             }
+        }
+        if splits > 1 && lane == 0 {
+            part_ml[2 * (split * rows * q_heads + query)] = ms[i];
+            part_ml[2 * (split * rows * q_heads + query) + 1] = ls[i];
+        }
+        i += planes;
+    }
+}
+
+/// Merges the splits of [`attention_splits`]: `out = Σ_s acc_s · e^(m_s − M) / Σ_s l_s · e^(m_s − M)`
+/// for each (row, head). Launch with `CubeCount = rows · q_heads` and `CubeDim = plane`.
+#[cube(launch_unchecked)]
+pub fn attention_combine<F: Float>(
+    part_acc: &Array<f32>,
+    part_ml: &Array<f32>,
+    out: &mut Array<F>,
+    queries: usize,
+    splits: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] plane: usize,
+) {
+    let query = CUBE_POS_X as usize;
+    let lane = UNIT_POS_X as usize;
+    let mut top = f32::min_value();
+    for s in 0..splits {
+        top = f32::max(top, part_ml[2 * (s * queries + query)]);
+    }
+    let mut total = 0.0f32;
+    for s in 0..splits {
+        let at = 2 * (s * queries + query);
+        total += part_ml[at + 1] * f32::exp(part_ml[at] - top);
+    }
+    #[unroll]
+    for t in 0..comptime!(head_dim.div_ceil(plane)) {
+        let d = lane + t * plane;
+        if d < head_dim {
+            let mut o = 0.0f32;
+            for s in 0..splits {
+                let factor = f32::exp(part_ml[2 * (s * queries + query)] - top);
+                o += part_acc[(s * queries + query) * head_dim + d] * factor;
+            }
+            out[query * head_dim + d] = F::cast_from(o / total);
         }
     }
 }

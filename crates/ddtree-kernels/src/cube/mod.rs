@@ -41,7 +41,7 @@ pub use cubecl::cuda::CudaDevice;
 
 /// Planes per cube for the row-per-plane kernels.
 const PLANES_PER_CUBE: u32 = 4;
-/// Planes per cube splitting the keys of one attention row.
+/// Planes per attention cube (each takes one query of the cube at a time).
 const ATTENTION_PLANES: u32 = 8;
 /// The largest `k` the top-K kernel is tested for (DDTree budgets stay below it).
 const TOP_K_MAX: usize = 256;
@@ -351,19 +351,48 @@ where
             _ => 1,
         };
         let bits = client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(&words32));
-        let plane = client.properties().hardware.plane_size_max;
+        let plane = client.properties().hardware.plane_size_max as usize;
+        let group = q_heads / kv_heads;
+        let max_queries = attention::QUERY_STATE / head_dim;
+        assert!(
+            group <= max_queries,
+            "attention: {group} query heads per KV head exceed the kernel's {max_queries} queries per cube"
+        );
+        // A block of rows with all their query heads per cube; enough splits of the keys to give
+        // every multiprocessor about two cubes.
+        let rows_per_block = max_queries / group;
+        let row_blocks = rows.div_ceil(rows_per_block);
+        let kv_len = ctx.prefix_len + rows;
+        let tiles = kv_len.div_ceil(plane);
+        let multiprocessors = client
+            .properties()
+            .hardware
+            .num_streaming_multiprocessors
+            .unwrap_or(64) as usize;
+        let wanted = (2 * multiprocessors)
+            .div_ceil(kv_heads * row_blocks)
+            .clamp(1, tiles);
+        let keys_per_split = tiles.div_ceil(wanted) * plane;
+        let splits = kv_len.div_ceil(keys_per_split);
+        let queries = rows * q_heads;
+        let partials = if splits > 1 { splits * queries } else { 1 };
+        let part_acc = contiguous::<R, f32, _>(&q, [partials, head_dim]);
+        let part_ml = contiguous::<R, f32, _>(&q, [partials, 2]);
         // SAFETY: q/out are `[rows, q_heads, head_dim]`, k/v `[kv_heads, capacity, head_dim]`,
-        // q/out dense, k/v with a dense last dimension; the block rows lie in the cache.
+        // q/out dense, k/v with a dense last dimension; the block rows lie in the cache; the
+        // partial buffers hold `splits · rows · q_heads` entries when there is more than one split.
         unsafe {
-            attention::attention_rows::launch_unchecked::<F, R>(
+            attention::attention_splits::launch_unchecked::<F, R>(
                 &client,
-                CubeCount::Static(rows as u32, q_heads as u32, 1),
-                CubeDim::new_2d(plane, ATTENTION_PLANES),
+                CubeCount::Static(kv_heads as u32, splits as u32, row_blocks as u32),
+                CubeDim::new_2d(plane as u32, ATTENTION_PLANES),
                 array(&q),
                 view_array(&k),
                 view_array(&v),
                 ArrayArg::from_raw_parts(bits, words32.len()),
                 array(&out),
+                array(&part_acc),
+                array(&part_ml),
                 head_stride,
                 row_stride,
                 ctx.prefix_len,
@@ -371,13 +400,30 @@ where
                 words_per_row,
                 ctx.window.unwrap_or(0),
                 scale as f32,
+                keys_per_split,
+                rows_per_block,
+                splits,
                 q_heads,
                 kv_heads,
                 head_dim,
-                plane as usize,
+                plane,
                 ATTENTION_PLANES as usize,
                 mode,
             );
+            if splits > 1 {
+                attention::attention_combine::launch_unchecked::<F, R>(
+                    &client,
+                    CubeCount::Static(queries as u32, 1, 1),
+                    CubeDim::new_1d(plane as u32),
+                    array(&part_acc),
+                    array(&part_ml),
+                    array(&out),
+                    queries,
+                    splits,
+                    head_dim,
+                    plane,
+                );
+            }
         }
         float(out)
     }

@@ -198,8 +198,8 @@ fn tree_words(rows: usize, seed: u64) -> (Vec<u64>, usize) {
     (words, words_per_row)
 }
 
-/// Cached attention for every visibility, a sliding window, grouped-query heads and head sizes
-/// that do not fill a plane evenly.
+/// Cached attention for every visibility, a sliding window, grouped-query heads, head sizes that
+/// do not fill a plane evenly, and prefixes long enough to split the keys across cubes.
 #[test]
 fn cached_attention_matches_reference() {
     use ddtree_kernels::{AncestorBits, AttentionContext, Visibility};
@@ -215,6 +215,12 @@ fn cached_attention_matches_reference() {
         ((15, 30, 4, 2, 32), Visibility::Full, Some(8)),
         ((70, 11, 4, 2, 32), Visibility::Tree(bits), None),
         ((3, 0, 2, 1, 8), Visibility::Causal, None),
+        // Long prefixes: the keys are split across cubes and the splits combined; the window
+        // leaves whole splits without a visible key.
+        ((1, 700, 8, 2, 32), Visibility::Causal, None),
+        ((20, 300, 8, 2, 32), Visibility::Causal, None),
+        ((70, 200, 4, 2, 32), Visibility::Tree(bits), None),
+        ((15, 300, 4, 2, 40), Visibility::Full, Some(40)),
     ];
     for ((rows, prefix, q_heads, kv_heads, head_dim), visibility, window) in cases {
         let capacity = prefix + rows + 3;
