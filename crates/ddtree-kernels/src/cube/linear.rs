@@ -58,12 +58,13 @@ pub const MAX_TILED_ROWS: usize = 144;
 /// `y = x · Wᵀ` on tensor cores for 9–144 rows (tree verify, drafter blocks): 16×16×16 WMMA
 /// tiles with bf16/f16 inputs and f32 accumulators.
 ///
-/// One cube covers `16 · n_tiles` output features and all `16 · m_tiles` rows of `x` (zero
-/// padded to a multiple of 16 by the caller). Its `split` planes divide `k`; each keeps
+/// One cube covers `16 · n_tiles` output features and all `rows ≤ 16 · m_tiles` rows of `x`. Its
+/// `split` planes divide `k`; each keeps
 /// `m_tiles · n_tiles` accumulators, loads `unroll` k-steps of W fragments before issuing the
 /// MMAs (W streams once; the small `x` is served from L1/L2), and the split-K partial sums meet
 /// in shared memory. W fragments are read as a column-major view of the row-major `[n_out, k]`
-/// weight, so no transpose is made. `y: [rows, n_out]` receives only the `rows` real rows.
+/// weight, so no transpose is made. The last row tile is staged in shared memory with zeros past
+/// `rows`, so `x` needs no padding. `y: [rows, n_out]`.
 /// Launch with `CubeDim = (32, split)` and `n_out / (16 · n_tiles)` cubes; `k` must be a
 /// multiple of `16 · unroll · split`.
 #[cube(launch_unchecked)]
@@ -86,6 +87,8 @@ pub fn linear_tiles<F: Float>(
     let steps = comptime!(k_per_plane / (16 * unroll));
     let k_start = plane * k_per_plane;
     let (w_len, x_len) = (w.len(), x.len());
+    let last = comptime!(m_tiles - 1);
+    let mut staged = SharedMemory::<F>::new_aligned(comptime!(split * unroll * 256), 32usize);
 
     let mut accs = Sequence::<cmma::Matrix<f32>>::new();
     #[unroll]
@@ -118,19 +121,49 @@ pub fn linear_tiles<F: Float>(
                 ));
             }
         }
+        // The last row tile of these k-steps, zero past `rows` (after the previous step's
+        // fragment loads from it).
+        sync_plane();
+        #[unroll]
+        for u in 0..unroll {
+            let mut e = UNIT_POS_X as usize;
+            while e < 256 {
+                let row = last * 16 + e / 16;
+                let mut value = F::from_int(0);
+                if row < rows {
+                    value = x[row * k + k0 + u * 16 + e % 16];
+                }
+                staged[(plane * unroll + u) * 256 + e] = value;
+                e += 32;
+            }
+        }
+        sync_plane();
         #[unroll]
         for u in 0..unroll {
             #[unroll]
             for mt in 0..m_tiles {
-                let a = cmma::Matrix::<F>::from_slice(
-                    cmma::MatrixIdent::A,
-                    16usize,
-                    16usize,
-                    16usize,
-                    cmma::MatrixLayout::RowMajor,
-                    &x.slice(mt * 16 * k + k0 + u * 16, x_len),
-                    k as u32,
-                );
+                let a = if comptime!(mt == last) {
+                    let at = (plane * unroll + u) * 256;
+                    cmma::Matrix::<F>::from_slice(
+                        cmma::MatrixIdent::A,
+                        16usize,
+                        16usize,
+                        16usize,
+                        cmma::MatrixLayout::RowMajor,
+                        &staged.slice(at, at + 256),
+                        16u32,
+                    )
+                } else {
+                    cmma::Matrix::<F>::from_slice(
+                        cmma::MatrixIdent::A,
+                        16usize,
+                        16usize,
+                        16usize,
+                        cmma::MatrixLayout::RowMajor,
+                        &x.slice(mt * 16 * k + k0 + u * 16, x_len),
+                        k as u32,
+                    )
+                };
                 #[unroll]
                 for nt in 0..n_tiles {
                     let acc = accs.index(comptime!(mt * n_tiles + nt));

@@ -539,14 +539,6 @@ where
     let Some(shape) = shape else {
         return Err((x, weight));
     };
-    // The A tiles are read 16 rows at a time: pad x with zero rows (a fresh, aligned buffer).
-    let padded_rows = 16 * shape.m_tiles;
-    let x = if padded_rows > rows {
-        let zeros = Tensor::zeros([padded_rows - rows, k], &x.device());
-        Tensor::cat(vec![x, zeros], 0)
-    } else {
-        x
-    };
     let (x, w) = (cube(x), cube(weight));
     // WMMA loads need 32-byte aligned tile starts.
     let aligned = |t: &CubeTensor<R>| t.handle.offset_start.unwrap_or(0).is_multiple_of(32);
@@ -555,7 +547,7 @@ where
     }
     let y = contiguous::<R, F, _>(&x, [rows, n_out]);
     let cubes = (n_out / (16 * shape.n_tiles)) as u32;
-    // SAFETY: x holds `16 · m_tiles` dense rows of k, W `n_out` dense rows of k, y `rows · n_out`;
+    // SAFETY: x holds `rows` dense rows of k, W `n_out` dense rows of k, y `rows · n_out`;
     // `TileShape::choose` guarantees the tiling divides k and n_out.
     unsafe {
         linear::linear_tiles::launch_unchecked::<F, R>(
