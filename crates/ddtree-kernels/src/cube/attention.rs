@@ -2,11 +2,11 @@
 //! rows), with causal, full or tree (ancestor bit set) visibility and an optional sliding window —
 //! no dense mask. Reference: [`crate::reference::cached_attention`].
 //!
-//! Flash-decoding: [`attention_splits`] gives each cube one KV head, one split of the keys and a
+//! Flash-decoding: [`attention_splits()`] gives each cube one KV head, one split of the keys and a
 //! block of query rows with every query head that shares the KV head (grouped-query attention
 //! reads each key once per block, not once per head). The cube stages `plane` keys at a time in
 //! shared memory; each plane takes one query at a time, each lane scores one key, and the online
-//! softmax state of the cube's queries stays in shared memory. [`attention_combine`] merges the
+//! softmax state of the cube's queries stays in shared memory. [`attention_combine()`] merges the
 //! splits' partial results when there is more than one.
 
 use cubecl::prelude::*;
@@ -209,7 +209,7 @@ pub fn attention_splits<F: Float>(
     }
 }
 
-/// Merges the splits of [`attention_splits`]: `out = Σ_s acc_s · e^(m_s − M) / Σ_s l_s · e^(m_s − M)`
+/// Merges the splits of [`attention_splits()`]: `out = Σ_s acc_s · e^(m_s − M) / Σ_s l_s · e^(m_s − M)`
 /// for each (row, head). Launch with `CubeCount = rows · q_heads` and `CubeDim = plane`.
 #[cube(launch_unchecked)]
 pub fn attention_combine<F: Float>(
