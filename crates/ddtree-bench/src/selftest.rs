@@ -377,9 +377,10 @@ fn bandwidth<B: KernelOps>(
     Ok(())
 }
 
-/// The tensor-core linear ([`ddtree_kernels::cube::linear_tiled`]), not yet on the decode path:
-/// checked against the reference at drafter and tree-verify row counts (ragged ones padded to 16,
-/// one or two W tiles per cube, small and large `k`), then measured like `linear`.
+/// The tensor-core linear ([`ddtree_kernels::cube::linear_tiled`]) of the tree-verify and drafter
+/// rows: checked against the reference at drafter and tree-verify row counts (ragged ones, one or
+/// two W tiles per plane, cubes only partly inside `n_out`, one to sixteen k-slices, small and
+/// large `k`), then measured like `linear`.
 #[cfg(feature = "cuda")]
 mod tensor_cores {
     use super::*;
@@ -401,6 +402,7 @@ mod tensor_cores {
             (65, 4096, 1024),
             (129, 12288, 256),
             (144, 1024, 4096),
+            (33, 256, 4752),
         ] {
             checks.linear::<Cuda>(&device, "linear_tiled", shape, tiled);
         }

@@ -55,40 +55,53 @@ pub fn linear_rows<F: Float, N: Size>(
 /// root needs 129); more go to burn's matmul.
 pub const MAX_TILED_ROWS: usize = 144;
 
+/// Planes per cube of [`linear_tiles()`], each with its own output features.
+pub const TILE_PLANES: usize = 8;
+
 /// `y = x · Wᵀ` on tensor cores for 9–144 rows (tree verify, drafter blocks): 16×16×16 WMMA
 /// tiles with bf16/f16 inputs and f32 accumulators.
 ///
-/// One cube covers `16 · n_tiles` output features and all `rows ≤ 16 · m_tiles` rows of `x`. Its
-/// `split` planes divide `k`; each keeps
-/// `m_tiles · n_tiles` accumulators, loads `unroll` k-steps of W fragments before issuing the
-/// MMAs (W streams once; the small `x` is served from L1/L2), and the split-K partial sums meet
-/// in shared memory. W fragments are read as a column-major view of the row-major `[n_out, k]`
-/// weight, so no transpose is made. The last row tile is staged in shared memory with zeros past
-/// `rows`, so `x` needs no padding. `y: [rows, n_out]`.
-/// Launch with `CubeDim = (32, split)` and `n_out / (16 · n_tiles)` cubes; `k` must be a
-/// multiple of `16 · unroll · split`.
+/// A cube of [`TILE_PLANES`] planes covers `TILE_PLANES · 16 · n_tiles` output features (each
+/// plane its own `16 · n_tiles`) and one of `k_splits` slices of the reduction (`CUBE_POS_Y`). It
+/// walks its slice in chunks of `16 · unroll`: each plane first issues the chunk's W fragment
+/// loads (a column-major view of the row-major `[n_out, k]` weight: W streams once, untransposed),
+/// then the cube stages the chunk of `x` for all rows in shared memory, zeros past `rows` — read
+/// once per cube rather than once per plane, and no padded copy of `x` — and each plane runs its
+/// `m_tiles · n_tiles` MMAs from there. One slice writes `y`; several write f32 partial sums
+/// `partial: [k_splits, rows, n_out]` for [`linear_split_sum()`]. `x` is read in vectors of `N`.
+///
+/// Launch with `CubeDim = (32, TILE_PLANES)` and `(⌈n_out / (TILE_PLANES · 16 · n_tiles)⌉,
+/// k_splits)` cubes; `n_out` must be a multiple of `16 · n_tiles`, `k` of
+/// `16 · unroll · k_splits`, and every tile start 32-byte aligned.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn linear_tiles<F: Float>(
-    x: &Array<F>,
+pub fn linear_tiles<F: Float, N: Size>(
+    x: &Array<Vector<F, N>>,
     w: &Array<F>,
     y: &mut Array<F>,
+    partial: &mut Array<f32>,
     rows: usize,
     n_out: usize,
     #[comptime] k: usize,
     #[comptime] m_tiles: usize,
     #[comptime] n_tiles: usize,
-    #[comptime] split: usize,
+    #[comptime] k_splits: usize,
     #[comptime] unroll: usize,
 ) {
-    let n0 = CUBE_POS_X as usize * comptime!(16 * n_tiles);
     let plane = UNIT_POS_Y as usize;
-    let k_per_plane = comptime!(k / split);
-    let steps = comptime!(k_per_plane / (16 * unroll));
-    let k_start = plane * k_per_plane;
-    let (w_len, x_len) = (w.len(), x.len());
-    let last = comptime!(m_tiles - 1);
-    let mut staged = SharedMemory::<F>::new_aligned(comptime!(split * unroll * 256), 32usize);
+    let lane = UNIT_POS_X as usize;
+    let n0 = (CUBE_POS_X as usize * TILE_PLANES + plane) * comptime!(16 * n_tiles);
+    let active = n0 < n_out;
+    let vec = N::value();
+    let chunk = comptime!(16 * unroll);
+    let k_slice = comptime!(k / k_splits);
+    let k_begin = CUBE_POS_Y as usize * k_slice;
+    // Staged rows are `chunk` wide plus 16 bytes, so that the rows of a fragment load fall on
+    // different shared-memory banks; fragment starts stay 32-byte aligned.
+    let pitch = comptime!(chunk / vec + 1);
+    let x_vecs = comptime!(k / vec);
+    let mut staged = SharedMemory::<Vector<F, N>>::new_aligned(comptime!(16 * m_tiles * pitch), 32usize);
+    let mut out_tile = SharedMemory::<f32>::new_aligned(comptime!(TILE_PLANES * 256), 32usize);
 
     let mut accs = Sequence::<cmma::Matrix<f32>>::new();
     #[unroll]
@@ -103,67 +116,61 @@ pub fn linear_tiles<F: Float>(
         ));
     }
 
-    for s in 0..steps {
-        let k0 = k_start + s * comptime!(16 * unroll);
+    let w_len = w.len();
+    let staged_len = comptime!(16 * m_tiles * pitch);
+    for c in 0..comptime!(k_slice / chunk) {
+        let k0 = k_begin + c * chunk;
         let mut ws = Sequence::<cmma::Matrix<F>>::new();
         #[unroll]
         for u in 0..unroll {
             #[unroll]
             for nt in 0..n_tiles {
+                // Inactive planes (past `n_out`) load the cube's first tile instead.
+                let mut start = k0 + u * 16;
+                if active {
+                    start += (n0 + nt * 16) * k;
+                }
                 ws.push(cmma::Matrix::<F>::from_slice(
                     cmma::MatrixIdent::B,
                     16usize,
                     16usize,
                     16usize,
                     cmma::MatrixLayout::ColMajor,
-                    &w.slice((n0 + nt * 16) * k + k0 + u * 16, w_len),
+                    &w.slice(start, w_len),
                     k as u32,
                 ));
             }
         }
-        // The last row tile of these k-steps, zero past `rows` (after the previous step's
-        // fragment loads from it).
-        sync_plane();
-        #[unroll]
-        for u in 0..unroll {
-            let mut e = UNIT_POS_X as usize;
-            while e < 256 {
-                let row = last * 16 + e / 16;
-                let mut value = F::from_int(0);
-                if row < rows {
-                    value = x[row * k + k0 + u * 16 + e % 16];
-                }
-                staged[(plane * unroll + u) * 256 + e] = value;
-                e += 32;
+        // Every plane is done reading the previous chunk before it is overwritten.
+        sync_cube();
+        let mut e = UNIT_POS as usize;
+        while e < comptime!(16 * m_tiles * (chunk / vec)) {
+            let row = e / comptime!(chunk / vec);
+            let col = e % comptime!(chunk / vec);
+            let mut value = Vector::<F, N>::new(F::from_int(0));
+            if row < rows {
+                value = x[row * x_vecs + k0 / vec + col];
             }
+            staged[row * pitch + col] = value;
+            e += comptime!(TILE_PLANES * 32);
         }
-        sync_plane();
+        sync_cube();
         #[unroll]
         for u in 0..unroll {
             #[unroll]
             for mt in 0..m_tiles {
-                let a = if comptime!(mt == last) {
-                    let at = (plane * unroll + u) * 256;
-                    cmma::Matrix::<F>::from_slice(
+                let at = mt * 16 * pitch + u * comptime!(16 / vec);
+                // SAFETY: loaded on the next line. (`from_slice` takes scalar slices only.)
+                let a = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
                         cmma::MatrixIdent::A,
                         16usize,
                         16usize,
                         16usize,
                         cmma::MatrixLayout::RowMajor,
-                        &staged.slice(at, at + 256),
-                        16u32,
-                    )
-                } else {
-                    cmma::Matrix::<F>::from_slice(
-                        cmma::MatrixIdent::A,
-                        16usize,
-                        16usize,
-                        16usize,
-                        cmma::MatrixLayout::RowMajor,
-                        &x.slice(mt * 16 * k + k0 + u * 16, x_len),
-                        k as u32,
                     )
                 };
+                cmma::load(&a, &staged.slice(at, staged_len), comptime!(pitch * vec) as u32);
                 #[unroll]
                 for nt in 0..n_tiles {
                     let acc = accs.index(comptime!(mt * n_tiles + nt));
@@ -173,82 +180,145 @@ pub fn linear_tiles<F: Float>(
         }
     }
 
-    // Split-K: every plane stores its tiles, then the cube sums them and writes the real rows.
-    let tiles = comptime!(m_tiles * n_tiles);
-    let tile_values = comptime!(m_tiles * n_tiles * 256);
-    let mut partial = SharedMemory::<f32>::new(comptime!(split * m_tiles * n_tiles * 256));
-    #[unroll]
-    for t in 0..tiles {
-        let offset = (plane * tiles + t) * 256;
-        cmma::store(
-            &mut partial.slice_mut(offset, offset + 256),
-            accs.index(t),
-            16u32,
-            cmma::MatrixLayout::RowMajor,
-        );
-    }
-    sync_cube();
-
-    let mut i = UNIT_POS as usize;
-    while i < tile_values {
-        let mut sum = 0.0f32;
+    // Each plane passes its tiles through its own slot of shared memory to write the real rows.
+    if active {
+        let slot = plane * 256;
         #[unroll]
-        for p in 0..split {
-            sum += partial[p * tile_values + i];
+        for t in 0..m_tiles * n_tiles {
+            cmma::store(
+                &mut out_tile.slice_mut(slot, slot + 256),
+                accs.index(t),
+                16u32,
+                cmma::MatrixLayout::RowMajor,
+            );
+            sync_plane();
+            let mut i = lane;
+            while i < 256 {
+                let row = comptime!(t / n_tiles) * 16 + i / 16;
+                let col = n0 + comptime!(t % n_tiles) * 16 + i % 16;
+                if row < rows {
+                    let value = out_tile[slot + i];
+                    if comptime!(k_splits == 1) {
+                        y[row * n_out + col] = F::cast_from(value);
+                    } else {
+                        partial[(CUBE_POS_Y as usize * rows + row) * n_out + col] = value;
+                    }
+                }
+                i += 32;
+            }
+            sync_plane();
         }
-        let tile = i / 256;
-        let row = (tile / n_tiles) * 16 + (i % 256) / 16;
-        if row < rows {
-            y[row * n_out + n0 + (tile % n_tiles) * 16 + i % 16] = F::cast_from(sum);
-        }
-        i += CUBE_DIM as usize;
     }
 }
 
-/// A launch shape for [`linear_tiles()`]: the tiles per cube, the planes splitting `k` and the
-/// k-steps loaded ahead. Chosen from the H200 measurements in `docs/perf-notes.md`: wide split-K
-/// for few row tiles (the W stream needs many planes in flight), fewer planes and two k-steps of
-/// look-ahead as the row tiles (accumulators per plane) grow.
+/// `y = Σ_s partial[s]` over the `splits` k-slices of [`linear_tiles()`], one unit per element.
+#[cube(launch_unchecked)]
+pub fn linear_split_sum<F: Float>(
+    partial: &Array<f32>,
+    y: &mut Array<F>,
+    len: usize,
+    #[comptime] splits: usize,
+) {
+    let i = ABSOLUTE_POS;
+    if i < len {
+        let mut sum = 0.0f32;
+        #[unroll]
+        for s in 0..splits {
+            sum += partial[s * len + i];
+        }
+        y[i] = F::cast_from(sum);
+    }
+}
+
+/// A launch shape for [`linear_tiles()`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TileShape {
-    /// 16-row tiles of `x` (rows padded up to `16 · m_tiles`).
+    /// 16-row tiles of `x` (rows padded up to `16 · m_tiles` in shared memory).
     pub m_tiles: usize,
-    /// 16-feature tiles of W per cube.
+    /// 16-feature tiles of W per plane.
     pub n_tiles: usize,
-    /// Planes per cube, each taking `k / split` of the reduction.
-    pub split: usize,
-    /// k-steps of W fragments loaded before the MMAs.
+    /// Slices of `k` across cubes (partial sums added by [`linear_split_sum()`] when more than
+    /// one).
+    pub k_splits: usize,
+    /// k-steps of W fragments loaded before the MMAs (the staged chunk is `16 · unroll` wide).
     pub unroll: usize,
 }
 
 impl TileShape {
-    /// The shape for `rows × k` by `[n_out, k]`, or `None` when the sizes do not tile (`k` and
-    /// `n_out` must be multiples of 16) or need more shared memory than `max_shared_bytes`.
-    pub fn choose(rows: usize, n_out: usize, k: usize, max_shared_bytes: usize) -> Option<Self> {
+    /// The most k-slices: each adds `rows · n_out` f32 partial sums to write and read back.
+    pub const MAX_K_SPLITS: usize = 16;
+
+    /// The shape for `rows × k` by `[n_out, k]` on a device with `cores` streaming
+    /// multiprocessors, or `None` when the sizes do not tile (`k` and `n_out` must be multiples
+    /// of 16) or the rows are too many.
+    ///
+    /// Two W tiles per plane while the accumulators stay few (up to 4 row tiles), else one; four
+    /// k-steps of W in flight per plane; then as many k-slices (dividing the chunks) as it takes
+    /// to give every core about two cubes.
+    pub fn choose(rows: usize, n_out: usize, k: usize, cores: usize) -> Option<Self> {
         if rows == 0 || rows > MAX_TILED_ROWS || !n_out.is_multiple_of(16) || !k.is_multiple_of(16) {
             return None;
         }
         let m_tiles = rows.div_ceil(16);
-        let n_tiles = if n_out.is_multiple_of(32) { 2 } else { 1 };
-        let unroll = if m_tiles >= 4 && k.is_multiple_of(32) {
+        let n_tiles = if m_tiles <= 4 && n_out.is_multiple_of(32) {
             2
         } else {
             1
         };
-        let mut split = match m_tiles {
-            1 => 16,
-            2..=4 => 8,
-            _ => 4,
-        };
-        let shared = |split: usize| split * m_tiles * n_tiles * 256 * size_of::<f32>();
-        while split > 1 && (!k.is_multiple_of(16 * unroll * split) || shared(split) > max_shared_bytes) {
-            split /= 2;
-        }
-        (shared(split) <= max_shared_bytes).then_some(Self {
+        let unroll = [4, 2, 1].into_iter().find(|u| k.is_multiple_of(16 * u))?;
+        let columns = n_out.div_ceil(TILE_PLANES * 16 * n_tiles);
+        let wanted = (2 * cores).div_ceil(columns).clamp(1, Self::MAX_K_SPLITS);
+        let chunks = k / (16 * unroll);
+        let k_splits = (1..=wanted).rev().find(|s| chunks.is_multiple_of(*s))?;
+        Some(Self {
             m_tiles,
             n_tiles,
-            split,
+            k_splits,
             unroll,
         })
+    }
+
+    /// Cubes along the output features.
+    pub fn columns(&self, n_out: usize) -> usize {
+        n_out.div_ceil(TILE_PLANES * 16 * self.n_tiles)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every shape the decode path meets tiles exactly: the k-slices divide the chunks, the W
+    /// tiles divide `n_out`, and the grid has enough cubes for an H200's 132 cores.
+    #[test]
+    fn tile_shapes_divide_the_work() {
+        for rows in [9, 16, 17, 33, 65, 129, 144] {
+            for (n_out, k) in [
+                (6144, 4096),
+                (4096, 4096),
+                (24576, 4096),
+                (4096, 12288),
+                (151936, 4096),
+                (4096, 20480),
+                (80, 48),
+            ] {
+                let s = TileShape::choose(rows, n_out, k, 132).expect("tiles");
+                assert_eq!(s.m_tiles, rows.div_ceil(16));
+                assert!(n_out.is_multiple_of(16 * s.n_tiles));
+                assert!(
+                    k.is_multiple_of(16 * s.unroll * s.k_splits),
+                    "{rows} {n_out} {k}: {s:?}"
+                );
+                assert!(s.m_tiles * s.n_tiles <= 9, "accumulators per plane: {s:?}");
+                let cubes = s.columns(n_out) * s.k_splits;
+                assert!(
+                    cubes >= 132 || s.k_splits == TileShape::MAX_K_SPLITS || k == 48,
+                    "{rows} {n_out} {k}: {s:?} gives {cubes} cubes"
+                );
+            }
+        }
+        assert_eq!(TileShape::choose(145, 4096, 4096, 132), None);
+        assert_eq!(TileShape::choose(16, 4100, 4096, 132), None);
+        assert_eq!(TileShape::choose(16, 4096, 40, 132), None);
     }
 }

@@ -533,8 +533,9 @@ where
         k: 16,
     };
     let hardware = &client.properties().hardware;
+    let cores = hardware.num_streaming_multiprocessors.unwrap_or(64) as usize;
     let shape = (hardware.plane_size_max == 32 && client.features().matmul.cmma.contains(&tiles))
-        .then(|| linear::TileShape::choose(rows, n_out, k, hardware.max_shared_memory_size))
+        .then(|| linear::TileShape::choose(rows, n_out, k, cores))
         .flatten();
     let Some(shape) = shape else {
         return Err((x, weight));
@@ -546,25 +547,43 @@ where
         return Err((float(x), float(w)));
     }
     let y = contiguous::<R, F, _>(&x, [rows, n_out]);
-    let cubes = (n_out / (16 * shape.n_tiles)) as u32;
-    // SAFETY: x holds `rows` dense rows of k, W `n_out` dense rows of k, y `rows · n_out`;
-    // `TileShape::choose` guarantees the tiling divides k and n_out.
+    let splits = shape.k_splits;
+    let partial = contiguous::<R, f32, _>(&x, [if splits > 1 { splits * rows * n_out } else { 1 }]);
+    let width = 16 / size_of::<F>();
+    let cubes = CubeCount::Static(shape.columns(n_out) as u32, splits as u32, 1);
+    // SAFETY: x holds `rows` dense rows of k, W `n_out` dense rows of k, y `rows · n_out` and
+    // partial `splits · rows · n_out` when there are several splits; `TileShape::choose`
+    // guarantees the tiling divides k and n_out.
     unsafe {
         linear::linear_tiles::launch_unchecked::<F, R>(
             &client,
-            CubeCount::Static(cubes, 1, 1),
-            CubeDim::new_2d(32, shape.split as u32),
+            cubes,
+            CubeDim::new_2d(32, linear::TILE_PLANES as u32),
+            width,
             array(&x),
             array(&w),
             array(&y),
+            array(&partial),
             rows,
             n_out,
             k,
             shape.m_tiles,
             shape.n_tiles,
-            shape.split,
+            splits,
             shape.unroll,
         );
+        if splits > 1 {
+            let len = rows * n_out;
+            linear::linear_split_sum::launch_unchecked::<F, R>(
+                &client,
+                CubeCount::Static((len as u32).div_ceil(ELEMENTWISE_CUBE), 1, 1),
+                CubeDim::new_1d(ELEMENTWISE_CUBE),
+                array(&partial),
+                array(&y),
+                len,
+                splits,
+            );
+        }
     }
     Ok(float(y))
 }

@@ -40,8 +40,8 @@ fn gpu() -> WgpuDevice {
     WgpuDevice::default()
 }
 
-/// `linear` for every supported row count, ragged feature counts (no vector width divides 13)
-/// and output counts that do not fill the last cube.
+/// `linear` for every supported row count, ragged feature counts (no vector width divides 13),
+/// output counts that do not fill the last cube, and a long reduction with a ragged tail.
 #[test]
 fn linear_matches_reference() {
     let device = gpu();
@@ -51,6 +51,7 @@ fn linear_matches_reference() {
         (3, 128, 33),
         (8, 96, 65),
         (5, 4100, 9),
+        (1, 2056, 20),
         (12, 32, 16),
     ] {
         let x = values(1 + rows as u64, rows * k, 1.0);
