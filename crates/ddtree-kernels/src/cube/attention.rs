@@ -25,7 +25,8 @@ pub const QUERY_STATE: usize = 2048;
 /// `head_stride`, `row_stride` (elements; rows may be pitched) and the block at cache rows
 /// `prefix_len..prefix_len + rows`, `bits: [rows, words]` little-endian u32 words (only read for
 /// [`TREE`]). `window` 0 means none; otherwise the query at cache row `p` sees only cache rows
-/// `> p - window`.
+/// `> p - window`. `q` and `k` are read in vectors of `N`, which divides `head_dim` and both
+/// strides.
 ///
 /// Launch with `CubeCount = (kv_heads, splits, ⌈rows / rows_per_block⌉)` and
 /// `CubeDim = (plane, planes)`; `keys_per_split` is a multiple of `plane` and
@@ -34,9 +35,9 @@ pub const QUERY_STATE: usize = 2048;
 /// `part_acc[s, row, head, :]` and its running max and sum to `part_ml[s, row, head, 0..2]`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn attention_splits<F: Float>(
-    q: &Array<F>,
-    k: &Array<F>,
+pub fn attention_splits<F: Float, N: Size>(
+    q: &Array<Vector<F, N>>,
+    k: &Array<Vector<F, N>>,
     v: &Array<F>,
     bits: &Array<u32>,
     out: &mut Array<F>,
@@ -61,9 +62,11 @@ pub fn attention_splits<F: Float>(
 ) {
     let group = comptime!(q_heads / kv_heads);
     let max_queries = comptime!(QUERY_STATE / head_dim);
-    // Rows of the key tile are padded by two elements so that lanes reading "their" key at the
-    // same dimension hit different shared-memory banks.
-    let pitch = comptime!(head_dim + 2);
+    // Queries and keys are read in vectors of `N`; rows of the key tile are padded by one vector
+    // so that lanes reading "their" key at the same dimension hit different shared-memory banks.
+    let vec = N::value();
+    let head_vecs = comptime!(head_dim / vec);
+    let pitch = comptime!(head_vecs + 1);
     let units = comptime!(plane * planes);
     let per_lane = comptime!(head_dim.div_ceil(plane));
     let kv_head = CUBE_POS_X as usize;
@@ -78,19 +81,24 @@ pub fn attention_splits<F: Float>(
     let key_end = usize::min(kv_len, key_start + keys_per_split);
 
     // Query `i` of the cube is block row `first_row + i / group`, head `kv_head · group + i % group`.
-    let mut qs = SharedMemory::<f32>::new(comptime!(max_queries * head_dim));
+    let mut qs = SharedMemory::<Vector<f32, N>>::new(comptime!(max_queries * head_vecs));
     let mut accs = SharedMemory::<f32>::new(comptime!(max_queries * head_dim));
     let mut ms = SharedMemory::<f32>::new(max_queries);
     let mut ls = SharedMemory::<f32>::new(max_queries);
-    let mut ks = SharedMemory::<F>::new(comptime!(plane * pitch));
+    let mut ks = SharedMemory::<Vector<F, N>>::new(comptime!(plane * pitch));
     let mut vs = SharedMemory::<F>::new(comptime!(plane * head_dim));
 
     let mut e = unit;
-    while e < queries * head_dim {
-        let i = e / head_dim;
+    while e < queries * head_vecs {
+        let i = e / head_vecs;
         let row = first_row + i / group;
         let head = kv_head * group + i % group;
-        qs[e] = f32::cast_from(q[(row * q_heads + head) * head_dim + e % head_dim]) * scale;
+        let query = Vector::<f32, N>::cast_from(q[(row * q_heads + head) * head_vecs + e % head_vecs]);
+        qs[e] = query * Vector::<f32, N>::new(scale);
+        e += units;
+    }
+    let mut e = unit;
+    while e < queries * head_dim {
         accs[e] = 0.0f32;
         e += units;
     }
@@ -105,16 +113,22 @@ pub fn attention_splits<F: Float>(
     let mut tile = key_start;
     while tile < key_end {
         let mut e = unit;
+        while e < comptime!(plane * head_vecs) {
+            let key = tile + e / head_vecs;
+            let mut kv = Vector::<F, N>::new(F::from_int(0));
+            if key < key_end {
+                kv = k[(kv_head * head_stride + key * row_stride) / vec + e % head_vecs];
+            }
+            ks[(e / head_vecs) * pitch + e % head_vecs] = kv;
+            e += units;
+        }
+        let mut e = unit;
         while e < comptime!(plane * head_dim) {
             let key = tile + e / head_dim;
-            let mut kv = F::from_int(0);
             let mut vv = F::from_int(0);
             if key < key_end {
-                let at = kv_head * head_stride + key * row_stride + e % head_dim;
-                kv = k[at];
-                vv = v[at];
+                vv = v[kv_head * head_stride + key * row_stride + e % head_dim];
             }
-            ks[(e / head_dim) * pitch + e % head_dim] = kv;
             vs[e] = vv;
             e += units;
         }
@@ -135,11 +149,15 @@ pub fn attention_splits<F: Float>(
                     visible = ((word >> u32::cast_from(col % 32)) & 1u32) == 1u32;
                 }
             }
-            let mut score = 0.0f32;
-            for d in 0..head_dim {
-                score += qs[i * head_dim + d] * f32::cast_from(ks[lane * pitch + d]);
+            // Unrolled, with `N` independent sums: a serial chain of scalar FMAs, each waiting
+            // for its shared-memory loads, made the kernel latency-bound (docs/perf-notes.md).
+            let mut dot = Vector::<f32, N>::new(0.0);
+            #[unroll]
+            for c in 0..head_vecs {
+                let key_vec = Vector::<f32, N>::cast_from(ks[lane * pitch + c]);
+                dot = fma(qs[i * head_vecs + c], key_vec, dot);
             }
-            let score = select(visible, score, f32::min_value());
+            let score = select(visible, f32::cast_from(dot.vector_sum()), f32::min_value());
             let m_old = ms[i];
             let m_new = f32::max(m_old, plane_max(score));
             let weight = select(visible, f32::exp(score - m_new), 0.0f32);

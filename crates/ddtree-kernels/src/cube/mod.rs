@@ -352,6 +352,13 @@ where
         };
         let bits = client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(&words32));
         let plane = client.properties().hardware.plane_size_max as usize;
+        // Queries and keys in vectors: the cache's strides must keep every key row aligned.
+        let width = vector_width(&[&q, &k], head_dim);
+        let width = if head_stride.is_multiple_of(width) && row_stride.is_multiple_of(width) {
+            width
+        } else {
+            1
+        };
         let group = q_heads / kv_heads;
         let max_queries = attention::QUERY_STATE / head_dim;
         assert!(
@@ -386,6 +393,7 @@ where
                 &client,
                 CubeCount::Static(kv_heads as u32, splits as u32, row_blocks as u32),
                 CubeDim::new_2d(plane as u32, ATTENTION_PLANES),
+                width,
                 array(&q),
                 view_array(&k),
                 view_array(&v),
