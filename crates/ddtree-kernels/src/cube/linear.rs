@@ -63,12 +63,13 @@ pub const TILE_PLANES: usize = 8;
 ///
 /// A cube of [`TILE_PLANES`] planes covers `TILE_PLANES · 16 · n_tiles` output features (each
 /// plane its own `16 · n_tiles`) and one of `k_splits` slices of the reduction (`CUBE_POS_Y`). It
-/// walks its slice in chunks of `16 · unroll`: each plane first issues the chunk's W fragment
-/// loads (a column-major view of the row-major `[n_out, k]` weight: W streams once, untransposed),
-/// then the cube stages the chunk of `x` for all rows in shared memory, zeros past `rows` — read
-/// once per cube rather than once per plane, and no padded copy of `x` — and each plane runs its
-/// `m_tiles · n_tiles` MMAs from there. One slice writes `y`; several write f32 partial sums
-/// `partial: [k_splits, rows, n_out]` for [`linear_split_sum()`]. `x` is read in vectors of `N`.
+/// walks its slice in chunks of `16 · unroll`, software-pipelined: while the planes run the MMAs
+/// of one chunk from shared memory, the 16-byte loads of the next are in flight — each plane's
+/// rows of W (W streams once, row-major and untransposed: the B tiles are column-major views of
+/// it), and the chunk of `x` for all rows, read once per cube and zero past `rows` (no padded
+/// copy of `x`). One slice writes `y`; several write f32 partial sums
+/// `partial: [k_splits, rows, n_out]` for [`linear_split_sum()`]. `x` and `w` are read in
+/// vectors of `N`.
 ///
 /// Launch with `CubeDim = (32, TILE_PLANES)` and `(⌈n_out / (TILE_PLANES · 16 · n_tiles)⌉,
 /// k_splits)` cubes; `n_out` must be a multiple of `16 · n_tiles`, `k` of
@@ -77,7 +78,7 @@ pub const TILE_PLANES: usize = 8;
 #[allow(clippy::too_many_arguments)]
 pub fn linear_tiles<F: Float, N: Size>(
     x: &Array<Vector<F, N>>,
-    w: &Array<F>,
+    w: &Array<Vector<F, N>>,
     y: &mut Array<F>,
     partial: &mut Array<f32>,
     rows: usize,
@@ -90,18 +91,34 @@ pub fn linear_tiles<F: Float, N: Size>(
 ) {
     let plane = UNIT_POS_Y as usize;
     let lane = UNIT_POS_X as usize;
+    let unit = UNIT_POS as usize;
     let n0 = (CUBE_POS_X as usize * TILE_PLANES + plane) * comptime!(16 * n_tiles);
     let active = n0 < n_out;
+    // Inactive planes (past `n_out`) stream the cube's first rows instead.
+    let mut w_row0 = 0usize;
+    if active {
+        w_row0 = n0;
+    }
     let vec = N::value();
-    let chunk = comptime!(16 * unroll);
-    let k_slice = comptime!(k / k_splits);
-    let k_begin = CUBE_POS_Y as usize * k_slice;
-    // Staged rows are `chunk` wide plus 16 bytes, so that the rows of a fragment load fall on
+    let chunk_vecs = comptime!(16 * unroll / vec);
+    let chunks = comptime!(k / k_splits / (16 * unroll));
+    let k_vecs = comptime!(k / vec);
+    let k_begin = CUBE_POS_Y as usize * comptime!(k_vecs / k_splits);
+    // Staged rows are a chunk wide plus 16 bytes, so that the rows of a fragment load fall on
     // different shared-memory banks; fragment starts stay 32-byte aligned.
-    let pitch = comptime!(chunk / vec + 1);
-    let x_vecs = comptime!(k / vec);
-    let mut staged = SharedMemory::<Vector<F, N>>::new_aligned(comptime!(16 * m_tiles * pitch), 32usize);
+    let pitch = comptime!(chunk_vecs + 1);
+    let w_rows = comptime!(16 * n_tiles);
+    let w_vecs = comptime!(16 * n_tiles * chunk_vecs);
+    let x_vecs = comptime!(16 * m_tiles * chunk_vecs);
+    let w_per_lane = comptime!(w_vecs.div_ceil(32));
+    let x_per_unit = comptime!(x_vecs.div_ceil(TILE_PLANES * 32));
+    let x_len = comptime!(16 * m_tiles * pitch);
+    let w_len = comptime!(TILE_PLANES * 16 * n_tiles * pitch);
+    let mut x_staged = SharedMemory::<Vector<F, N>>::new_aligned(x_len, 32usize);
+    let mut w_staged = SharedMemory::<Vector<F, N>>::new_aligned(w_len, 32usize);
     let mut out_tile = SharedMemory::<f32>::new_aligned(comptime!(TILE_PLANES * 256), 32usize);
+    let mut w_next = Array::<Vector<F, N>>::new(w_per_lane);
+    let mut x_next = Array::<Vector<F, N>>::new(x_per_unit);
 
     let mut accs = Sequence::<cmma::Matrix<f32>>::new();
     #[unroll]
@@ -116,67 +133,89 @@ pub fn linear_tiles<F: Float, N: Size>(
         ));
     }
 
-    let w_len = w.len();
-    let staged_len = comptime!(16 * m_tiles * pitch);
-    for c in 0..comptime!(k_slice / chunk) {
-        let k0 = k_begin + c * chunk;
-        let mut ws = Sequence::<cmma::Matrix<F>>::new();
-        #[unroll]
-        for u in 0..unroll {
+    // Iteration `c` issues the loads of chunk `c`, runs the MMAs of chunk `c − 1` (in shared
+    // memory) while they fly, then stores chunk `c` for the next iteration.
+    for c in 0..comptime!(chunks + 1) {
+        if c < chunks {
+            let k0 = k_begin + c * chunk_vecs;
             #[unroll]
-            for nt in 0..n_tiles {
-                // Inactive planes (past `n_out`) load the cube's first tile instead.
-                let mut start = k0 + u * 16;
-                if active {
-                    start += (n0 + nt * 16) * k;
+            for j in 0..w_per_lane {
+                let e = j * 32 + lane;
+                if e < w_vecs {
+                    w_next[j] = w[(w_row0 + e / chunk_vecs) * k_vecs + k0 + e % chunk_vecs];
                 }
-                ws.push(cmma::Matrix::<F>::from_slice(
-                    cmma::MatrixIdent::B,
-                    16usize,
-                    16usize,
-                    16usize,
-                    cmma::MatrixLayout::ColMajor,
-                    &w.slice(start, w_len),
-                    k as u32,
-                ));
             }
-        }
-        // Every plane is done reading the previous chunk before it is overwritten.
-        sync_cube();
-        let mut e = UNIT_POS as usize;
-        while e < comptime!(16 * m_tiles * (chunk / vec)) {
-            let row = e / comptime!(chunk / vec);
-            let col = e % comptime!(chunk / vec);
-            let mut value = Vector::<F, N>::new(F::from_int(0));
-            if row < rows {
-                value = x[row * x_vecs + k0 / vec + col];
-            }
-            staged[row * pitch + col] = value;
-            e += comptime!(TILE_PLANES * 32);
-        }
-        sync_cube();
-        #[unroll]
-        for u in 0..unroll {
             #[unroll]
-            for mt in 0..m_tiles {
-                let at = mt * 16 * pitch + u * comptime!(16 / vec);
-                // SAFETY: loaded on the next line. (`from_slice` takes scalar slices only.)
-                let a = unsafe {
-                    cmma::Matrix::<F>::uninitialized(
-                        cmma::MatrixIdent::A,
-                        16usize,
-                        16usize,
-                        16usize,
-                        cmma::MatrixLayout::RowMajor,
-                    )
-                };
-                cmma::load(&a, &staged.slice(at, staged_len), comptime!(pitch * vec) as u32);
+            for j in 0..x_per_unit {
+                let e = j * comptime!(TILE_PLANES * 32) + unit;
+                let row = e / chunk_vecs;
+                let mut value = Vector::<F, N>::new(F::from_int(0));
+                if row < rows {
+                    value = x[row * k_vecs + k0 + e % chunk_vecs];
+                }
+                x_next[j] = value;
+            }
+        }
+        if c > 0 {
+            #[unroll]
+            for u in 0..unroll {
+                let mut bs = Sequence::<cmma::Matrix<F>>::new();
                 #[unroll]
                 for nt in 0..n_tiles {
-                    let acc = accs.index(comptime!(mt * n_tiles + nt));
-                    cmma::execute::<F, F, f32, f32>(&a, ws.index(comptime!(u * n_tiles + nt)), acc, acc);
+                    // SAFETY: loaded on the next line. (`from_slice` takes scalar slices only.)
+                    let b = unsafe {
+                        cmma::Matrix::<F>::uninitialized(
+                            cmma::MatrixIdent::B,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::ColMajor,
+                        )
+                    };
+                    let at = (plane * w_rows + nt * 16) * pitch + u * comptime!(16 / vec);
+                    cmma::load(&b, &w_staged.slice(at, w_len), comptime!(pitch * vec) as u32);
+                    bs.push(b);
+                }
+                #[unroll]
+                for mt in 0..m_tiles {
+                    // SAFETY: loaded on the next line.
+                    let a = unsafe {
+                        cmma::Matrix::<F>::uninitialized(
+                            cmma::MatrixIdent::A,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::RowMajor,
+                        )
+                    };
+                    let at = mt * 16 * pitch + u * comptime!(16 / vec);
+                    cmma::load(&a, &x_staged.slice(at, x_len), comptime!(pitch * vec) as u32);
+                    #[unroll]
+                    for nt in 0..n_tiles {
+                        let acc = accs.index(comptime!(mt * n_tiles + nt));
+                        cmma::execute::<F, F, f32, f32>(&a, bs.index(nt), acc, acc);
+                    }
                 }
             }
+        }
+        if c < chunks {
+            // Every plane is done with the previous chunk before it is overwritten.
+            sync_cube();
+            #[unroll]
+            for j in 0..w_per_lane {
+                let e = j * 32 + lane;
+                if e < w_vecs {
+                    w_staged[(plane * w_rows + e / chunk_vecs) * pitch + e % chunk_vecs] = w_next[j];
+                }
+            }
+            #[unroll]
+            for j in 0..x_per_unit {
+                let e = j * comptime!(TILE_PLANES * 32) + unit;
+                if e < x_vecs {
+                    x_staged[(e / chunk_vecs) * pitch + e % chunk_vecs] = x_next[j];
+                }
+            }
+            sync_cube();
         }
     }
 
@@ -240,7 +279,7 @@ pub struct TileShape {
     /// Slices of `k` across cubes (partial sums added by [`linear_split_sum()`] when more than
     /// one).
     pub k_splits: usize,
-    /// k-steps of W fragments loaded before the MMAs (the staged chunk is `16 · unroll` wide).
+    /// 16-wide k-steps per staged chunk of `x` and W.
     pub unroll: usize,
 }
 
@@ -252,9 +291,9 @@ impl TileShape {
     /// multiprocessors, or `None` when the sizes do not tile (`k` and `n_out` must be multiples
     /// of 16) or the rows are too many.
     ///
-    /// Two W tiles per plane while the accumulators stay few (up to 4 row tiles), else one; four
-    /// k-steps of W in flight per plane; then as many k-slices (dividing the chunks) as it takes
-    /// to give every core about two cubes.
+    /// Two W tiles per plane while the accumulators stay few (up to 4 row tiles), else one;
+    /// chunks of 64 k (32 with two W tiles); then as many k-slices (dividing the chunks) as it
+    /// takes to give every core about two cubes.
     pub fn choose(rows: usize, n_out: usize, k: usize, cores: usize) -> Option<Self> {
         if rows == 0 || rows > MAX_TILED_ROWS || !n_out.is_multiple_of(16) || !k.is_multiple_of(16) {
             return None;
@@ -265,7 +304,12 @@ impl TileShape {
         } else {
             1
         };
-        let unroll = [4, 2, 1].into_iter().find(|u| k.is_multiple_of(16 * u))?;
+        // Chunks of 64 (32 with two W tiles per plane) keep the staged chunks within the 48 KB
+        // of static shared memory.
+        let widest = if n_tiles == 2 { 2 } else { 4 };
+        let unroll = [4, 2, 1]
+            .into_iter()
+            .find(|&u| u <= widest && k.is_multiple_of(16 * u))?;
         let columns = n_out.div_ceil(TILE_PLANES * 16 * n_tiles);
         let wanted = (2 * cores).div_ceil(columns).clamp(1, Self::MAX_K_SPLITS);
         let chunks = k / (16 * unroll);
@@ -281,6 +325,13 @@ impl TileShape {
     /// Cubes along the output features.
     pub fn columns(&self, n_out: usize) -> usize {
         n_out.div_ceil(TILE_PLANES * 16 * self.n_tiles)
+    }
+
+    /// Static shared memory of a cube for 2-byte elements: the staged chunks of `x` and W (rows
+    /// a chunk wide plus 16 bytes) and the planes' output slots.
+    pub fn shared_bytes(&self) -> usize {
+        let row = 32 * self.unroll + 16;
+        (16 * self.m_tiles + TILE_PLANES * 16 * self.n_tiles) * row + TILE_PLANES * 256 * 4
     }
 }
 
@@ -310,6 +361,7 @@ mod tests {
                     "{rows} {n_out} {k}: {s:?}"
                 );
                 assert!(s.m_tiles * s.n_tiles <= 9, "accumulators per plane: {s:?}");
+                assert!(s.shared_bytes() <= 48 * 1024, "{s:?}: {} bytes", s.shared_bytes());
                 let cubes = s.columns(n_out) * s.k_splits;
                 assert!(
                     cubes >= 132 || s.k_splits == TileShape::MAX_K_SPLITS || k == 48,
