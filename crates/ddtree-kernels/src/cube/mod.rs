@@ -172,12 +172,13 @@ where
         let y = contiguous::<R, F, _>(&gate, [rows, cols]);
         let width = vector_width(&[&gate, &up, &y], gcd(cols, gcd(gate_stride, up_stride)));
         let len = rows * cols / width;
+        let (count, dim) = elementwise_grid(len);
         // SAFETY: each view covers `rows` rows of its stride; `y` is dense `[rows, cols]`.
         unsafe {
             activation::silu_mul::launch_unchecked::<F, R>(
                 &gate.client,
-                CubeCount::Static((len as u32).div_ceil(ELEMENTWISE_CUBE), 1, 1),
-                CubeDim::new_1d(ELEMENTWISE_CUBE),
+                count,
+                dim,
                 width,
                 view_array(&gate),
                 view_array(&up),
@@ -197,12 +198,13 @@ where
         let (x, cos, sin) = (cube(x), cube(cos), cube(sin));
         let y = contiguous::<R, F, _>(&x, [rows, heads, head_dim]);
         let len = rows * heads * head_dim;
+        let (count, dim) = elementwise_grid(len);
         // SAFETY: dense `[rows, heads, head_dim]` and `[rows, half]` buffers.
         unsafe {
             rope::rope_rows::launch_unchecked::<F, R>(
                 &x.client,
-                CubeCount::Static((len as u32).div_ceil(ELEMENTWISE_CUBE), 1, 1),
-                CubeDim::new_1d(ELEMENTWISE_CUBE),
+                count,
+                dim,
                 array(&x),
                 array(&cos),
                 array(&sin),
@@ -296,12 +298,13 @@ where
         let rows = cube(rows);
         let (head_stride, row_stride) = (cache.meta.strides()[0], cache.meta.strides()[1]);
         let len = n * kv_heads * head_dim;
+        let (count, dim) = elementwise_grid(len);
         // SAFETY: rows `at..at + n` lie inside the cache (the caller checks capacity).
         unsafe {
             cache::write_rows::launch_unchecked::<F, R>(
                 &rows.client,
-                CubeCount::Static((len as u32).div_ceil(ELEMENTWISE_CUBE), 1, 1),
-                CubeDim::new_1d(ELEMENTWISE_CUBE),
+                count,
+                dim,
                 array(&rows),
                 view_array(&cache),
                 len,
@@ -582,10 +585,11 @@ where
         );
         if splits > 1 {
             let len = rows * n_out;
+            let (count, dim) = elementwise_grid(len);
             linear::linear_split_sum::launch_unchecked::<F, R>(
                 &client,
-                CubeCount::Static((len as u32).div_ceil(ELEMENTWISE_CUBE), 1, 1),
-                CubeDim::new_1d(ELEMENTWISE_CUBE),
+                count,
+                dim,
                 array(&partial),
                 array(&y),
                 len,
@@ -653,6 +657,14 @@ fn vector_width<R: CubeRuntime>(tensors: &[&CubeTensor<R>], len: usize) -> usize
                 })
         })
         .unwrap_or(1)
+}
+
+/// One unit per element: cubes of [`ELEMENTWISE_CUBE`] units, enough for `len`.
+fn elementwise_grid(len: usize) -> (CubeCount, CubeDim) {
+    (
+        CubeCount::Static((len as u32).div_ceil(ELEMENTWISE_CUBE), 1, 1),
+        CubeDim::new_1d(ELEMENTWISE_CUBE),
+    )
 }
 
 /// One plane per row: `CubeDim = (plane size, planes per cube)` and enough cubes for `rows`.
