@@ -39,6 +39,25 @@ for part in "$@"; do
       --random-prompts 8 --max-new-tokens 48 --budgets 4,16,64
     ;;
   stages) run stages "$bin" stages --device cuda ;;
+  # Every launch shape of the tensor-core linear at the verify/drafter row counts, checked and timed.
+  sweep) run sweep "$bin" self-test --device cuda --no-bandwidth --sweep-tiles ;;
+  ncu)
+    # Nsight Compute (needs a runtime that exposes the counters; `--clock-control none` leaves
+    # the clocks alone). First the GPU time and DRAM bytes of every kernel of a short stages run
+    # (one pass per kernel, launches serialised: compare kernels, not the stage totals), then the
+    # throughput, occupancy and stall sections of a few launches of the main kernels: the
+    # tensor-core linear and the attention in a verify at B=64 (after the prefill's), the GEMV in
+    # an AR step.
+    short=(stages --device cuda --reps 1 --warmup 0 --budgets 64)
+    run ncu-times bash -c "ncu --clock-control none --csv --print-units base \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+      '$bin' ${short[*]} > '$out/ncu-times.csv' && gzip -f '$out/ncu-times.csv'"
+    sections=(--clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis
+      --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats)
+    run ncu-sections bash -c "ncu ${sections[*]} -k regex:linear_rows --launch-skip 40 --launch-count 4 '$bin' ${short[*]} \
+      && ncu ${sections[*]} -k regex:linear_tiles --launch-skip 8 --launch-count 4 '$bin' ${short[*]} \
+      && ncu ${sections[*]} -k regex:attention_tiles --launch-skip 50 --launch-count 2 '$bin' ${short[*]}"
+    ;;
   # The same with burn's matmul for more than 8 rows: the baseline of the tensor-core linear.
   stages-matmul) run stages-matmul "$bin" stages --device cuda --tensor-cores false ;;
   profile)

@@ -28,6 +28,10 @@ pub struct Args {
     /// Skip the bandwidth measurements.
     #[arg(long)]
     no_bandwidth: bool,
+    /// Also time the tensor-core linear at every launch shape that fits the verify and drafter
+    /// sizes (CUDA), each checked against burn's matmul.
+    #[arg(long)]
+    sweep_tiles: bool,
 }
 
 /// Uploads host values to the device and reads back what it holds (rounded to its float type).
@@ -116,6 +120,9 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
     #[cfg(feature = "cuda")]
     if args.device == Device::Cuda {
         tensor_cores::check(&mut checks, !args.no_bandwidth)?;
+        if args.sweep_tiles {
+            tensor_cores::sweep(&mut checks)?;
+        }
     }
     for (rows, hidden) in [(1, 4096), (17, 4096), (3, 100)] {
         let (x, x_ref) = on_device::<B, 2>(random(3, rows * hidden, 4.0), [rows, hidden], device);
@@ -253,21 +260,32 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         checks.compare(&format!("{name}: keys"), &host_f32(got.1), &host_f32(want.1));
         checks.compare(&format!("{name}: values"), &host_f32(got.2), &host_f32(want.2));
     }
-    for (rows, prefix, tree) in [(1, 2048, false), (65, 2048, true), (16, 300, false)] {
-        let (q_heads, kv_heads, head_dim, capacity) = (32, 8, 128, prefix + rows + 5);
+    // Qwen3-8B's heads (32 q / 8 kv × 128) and a Qwen3.5 layout (24 / 4 × 256): one row (AR),
+    // fewer than 16 queries per KV head, drafter blocks and trees (tensor cores on CUDA), a
+    // sliding window.
+    for (rows, prefix, mode, (q_heads, kv_heads, head_dim), window) in [
+        (1, 2048, "causal", (32, 8, 128), None),
+        (3, 100, "causal", (32, 8, 128), None),
+        (65, 2048, "tree", (32, 8, 128), None),
+        (129, 2048, "tree", (32, 8, 128), None),
+        (16, 300, "full", (32, 8, 128), None),
+        (33, 1000, "causal", (32, 8, 128), Some(700)),
+        (17, 500, "tree", (24, 4, 256), None),
+    ] {
+        let capacity = prefix + rows + 5;
         // The ancestor sets of a random tree of `rows` nodes (root + `rows − 1` draft nodes).
         let RandomTree {
             words, words_per_row, ..
         } = RandomTree::new(rows - 1, 1, 12);
-        let visibility = match (tree, rows) {
-            (true, _) => Visibility::Tree(AncestorBits::new(&words, words_per_row).ok_or("bits")?),
-            (false, 16) => Visibility::Full,
+        let visibility = match mode {
+            "tree" => Visibility::Tree(AncestorBits::new(&words, words_per_row).ok_or("bits")?),
+            "full" => Visibility::Full,
             _ => Visibility::Causal,
         };
         let ctx = AttentionContext {
             prefix_len: prefix,
             visibility,
-            window: None,
+            window,
         };
         let (q, q_ref) = on_device::<B, 3>(
             random(8, rows * q_heads * head_dim, 2.0),
@@ -281,7 +299,7 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         let want = host_f32(Cpu::cached_attention(q_ref, k_ref, v_ref, &ctx, scale));
         let got = host_f32(B::cached_attention(q, k, v, &ctx, scale));
         checks.compare(
-            &format!("attention {rows} rows after {prefix}, {visibility:?}"),
+            &format!("attention {rows} rows after {prefix}, {q_heads}/{kv_heads}×{head_dim}, {visibility:?}, window {window:?}"),
             &got,
             &want,
         );
@@ -344,28 +362,10 @@ fn bandwidth<B: KernelOps>(
 ) -> Result<(), Error> {
     let elem = size_of::<B::FloatElem>();
     for (n, k) in [(12288, 4096), (4096, 12288), (151936, 4096)] {
-        // Enough copies of the weight that the 50 MB L2 never holds the next one.
-        let copies = (1_500_000_000 / (n * k * elem)).clamp(1, 12);
-        let weights: Vec<Tensor<B, 2>> = (0..copies)
-            .map(|_| Tensor::random([n, k], Distribution::Normal(0.0, 0.02), device))
-            .collect();
+        let weights = weight_copies::<B>(device, n, k);
         for &rows in row_counts {
             let x = Tensor::<B, 2>::random([rows, k], Distribution::Normal(0.0, 1.0), device);
-            for w in &weights {
-                linear(x.clone(), w.clone());
-            }
-            B::sync(device)?;
-            let launches = 4 * copies;
-            let mut i = 0;
-            let s = repeat(1, 5, || -> Result<(), Error> {
-                for _ in 0..launches {
-                    linear(x.clone(), weights[i % copies].clone());
-                    i += 1;
-                }
-                B::sync(device)?;
-                Ok(())
-            })?;
-            let per_launch_s = s.median_ms / 1e3 / launches as f64;
+            let per_launch_s = seconds_per_launch(device, &x, &weights, &linear)?;
             let gbs = (n * k * elem) as f64 / per_launch_s / 1e9;
             println!(
                 "{}",
@@ -377,6 +377,38 @@ fn bandwidth<B: KernelOps>(
     Ok(())
 }
 
+/// Enough random copies of an `[n, k]` weight that the 50 MB L2 never holds the next one.
+fn weight_copies<B: KernelOps>(device: &B::Device, n: usize, k: usize) -> Vec<Tensor<B, 2>> {
+    let copies = (1_500_000_000 / (n * k * size_of::<B::FloatElem>())).clamp(1, 12);
+    (0..copies)
+        .map(|_| Tensor::random([n, k], Distribution::Normal(0.0, 0.02), device))
+        .collect()
+}
+
+/// Median seconds of one `linear(x, w)`, cycling through the weight copies (warmed up first).
+fn seconds_per_launch<B: KernelOps>(
+    device: &B::Device,
+    x: &Tensor<B, 2>,
+    weights: &[Tensor<B, 2>],
+    linear: impl Fn(Tensor<B, 2>, Tensor<B, 2>) -> Tensor<B, 2>,
+) -> Result<f64, Error> {
+    for w in weights {
+        linear(x.clone(), w.clone());
+    }
+    B::sync(device)?;
+    let launches = 4 * weights.len();
+    let mut i = 0;
+    let s = repeat(1, 5, || -> Result<(), Error> {
+        for _ in 0..launches {
+            linear(x.clone(), weights[i % weights.len()].clone());
+            i += 1;
+        }
+        B::sync(device)?;
+        Ok(())
+    })?;
+    Ok(s.median_ms / 1e3 / launches as f64)
+}
+
 /// The tensor-core linear ([`ddtree_kernels::cube::linear_tiled`]) of the tree-verify and drafter
 /// rows: checked against the reference at drafter and tree-verify row counts (ragged ones, one or
 /// two W tiles per plane, cubes only partly inside `n_out`, one to sixteen k-slices, small and
@@ -384,7 +416,8 @@ fn bandwidth<B: KernelOps>(
 #[cfg(feature = "cuda")]
 mod tensor_cores {
     use super::*;
-    use ddtree_kernels::cube::{Cuda, linear_tiled};
+    use ddtree_kernels::cube::linear::TileShape;
+    use ddtree_kernels::cube::{Cuda, linear_tiled, linear_tiled_with};
 
     /// The product, or a 1×1 zero tensor when the kernel declines the shape (so the comparison,
     /// whose lengths then differ, fails).
@@ -408,6 +441,57 @@ mod tensor_cores {
         }
         if measure {
             bandwidth::<Cuda>(&device, "linear_tiled", &[16, 65, 129], tiled)?;
+        }
+        Ok(())
+    }
+
+    /// Every launch shape that fits the verify/drafter row counts at two Qwen3-8B weight shapes
+    /// (1–2 W tiles per plane, chunks of 32–128 k, 1–16 k-slices with at least half a cube per
+    /// core), each checked against burn's matmul and timed like `bandwidth`; the shape
+    /// `TileShape::choose` picks is marked.
+    pub fn sweep(checks: &mut Checks) -> Result<(), Error> {
+        let device = Default::default();
+        let cores = 132;
+        for (n, k) in [(12288, 4096), (4096, 12288)] {
+            let weights = weight_copies::<Cuda>(&device, n, k);
+            for rows in [16, 65, 129] {
+                let x = Tensor::<Cuda, 2>::random([rows, k], Distribution::Normal(0.0, 1.0), &device);
+                let want = host_f32(x.clone().matmul(weights[0].clone().transpose()));
+                let chosen = TileShape::choose(rows, n, k, cores);
+                let m_tiles = rows.div_ceil(16);
+                for n_tiles in [1, 2] {
+                    for unroll in [2, 4, 8] {
+                        for k_splits in [1, 2, 4, 8, 16] {
+                            let shape = TileShape {
+                                m_tiles,
+                                n_tiles,
+                                k_splits,
+                                unroll,
+                            };
+                            let cubes = shape.columns(n) * k_splits;
+                            if !shape.fits(rows, n, k) || 2 * cubes < cores || m_tiles * n_tiles > 10 {
+                                continue;
+                            }
+                            let run = |x: Tensor<Cuda, 2>, w: Tensor<Cuda, 2>| {
+                                linear_tiled_with(x, w, shape)
+                                    .unwrap_or_else(|(x, _)| Tensor::zeros([1, 1], &x.device()))
+                            };
+                            let name = format!("linear_tiled {rows}x{k} · {n}x{k}ᵀ {shape:?}");
+                            checks.compare(&name, &host_f32(run(x.clone(), weights[0].clone())), &want);
+                            let per_launch_s = seconds_per_launch(&device, &x, &weights, run)?;
+                            let gbs = (n * k * 2) as f64 / per_launch_s / 1e9;
+                            println!(
+                                "{}",
+                                json!({ "sweep": format!("{rows}x{k}·{n}x{k}"), "n_tiles": n_tiles,
+                                        "unroll": unroll, "k_splits": k_splits, "cubes": cubes,
+                                        "shared_bytes": shape.shared_bytes(),
+                                        "chosen": chosen == Some(shape), "us": per_launch_s * 1e6,
+                                        "of_4300": gbs / 4300.0 })
+                            );
+                        }
+                    }
+                }
+            }
         }
         Ok(())
     }

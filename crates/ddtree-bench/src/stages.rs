@@ -13,7 +13,7 @@ use clap::ValueEnum;
 use ddtree::{DraftTopK, DraftTree, TreeBuilder, Walk};
 use ddtree_dflash::{DFlash, TargetHead};
 use ddtree_engine::{DraftOutput, Drafter};
-use ddtree_kernels::{AncestorBits, KernelOps, host_ids};
+use ddtree_kernels::{AncestorBits, AttentionContext, KernelOps, Visibility, host_ids};
 use ddtree_qwen::{LoadOptions, Qwen3, TreeBlock};
 use ddtree_weights::{DFlashConfig, Qwen3Config, RandomWeights};
 use rand::rngs::StdRng;
@@ -103,6 +103,64 @@ fn weight_bytes(hidden: usize, heads: usize, kv: usize, head_dim: usize, inter: 
     let attention = 2 * hidden * heads * head_dim + 2 * hidden * kv * head_dim;
     let mlp = 3 * hidden * inter;
     (2 * layers * (attention + mlp)) as f64
+}
+
+/// Host µs per call of each op of an AR step at the target's shapes: 200 calls enqueued back to
+/// back (timed), then one sync (untimed). Where the AR step's host enqueue goes, op by op.
+fn host_costs<B: KernelOps>(device: &B::Device, c: &Qwen3Config, context: usize) -> Result<(), Error> {
+    use burn_tensor::{Distribution, Tensor};
+    let (hidden, heads, kv, head_dim) = (
+        c.hidden_size,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.head_dim,
+    );
+    let normal = |shape: [usize; 2]| Tensor::<B, 2>::random(shape, Distribution::Normal(0.0, 1.0), device);
+    let x = normal([1, hidden]);
+    let w = normal([hidden, hidden]);
+    let norm = Tensor::<B, 1>::ones([hidden], device);
+    let gate = normal([1, c.intermediate_size]);
+    let q = Tensor::<B, 3>::random([1, heads, head_dim], Distribution::Normal(0.0, 1.0), device);
+    let cache = [kv, context + 1, head_dim];
+    let keys = Tensor::<B, 3>::random(cache, Distribution::Normal(0.0, 1.0), device);
+    let values = Tensor::<B, 3>::random(cache, Distribution::Normal(0.0, 1.0), device);
+    let ctx = AttentionContext {
+        prefix_len: context,
+        visibility: Visibility::Causal,
+        window: None,
+    };
+    let scale = (head_dim as f64).powf(-0.5);
+    let time = |name: &str, op: &mut dyn FnMut()| -> Result<(), Error> {
+        for _ in 0..20 {
+            op();
+        }
+        B::sync(device)?;
+        let calls = 200;
+        let t = Instant::now();
+        for _ in 0..calls {
+            op();
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / calls as f64;
+        B::sync(device)?;
+        println!("{}", json!({ "host_us_per_call": name, "us": us }));
+        Ok(())
+    };
+    time("burn add_scalar 1×4096 (reference)", &mut || {
+        let _ = x.clone().add_scalar(1.0);
+    })?;
+    time("linear 1×4096 · 4096×4096ᵀ", &mut || {
+        let _ = <B as KernelOps>::linear(x.clone(), w.clone());
+    })?;
+    time("add_rms_norm 1×4096", &mut || {
+        let _ = B::add_rms_norm(x.clone(), x.clone(), norm.clone(), 1e-6);
+    })?;
+    time("silu_mul 1×12288", &mut || {
+        let _ = B::silu_mul(gate.clone(), gate.clone());
+    })?;
+    time("cached_attention 1 row over the context", &mut || {
+        let _ = B::cached_attention(q.clone(), keys.clone(), values.clone(), &ctx, scale);
+    })?;
+    Ok(())
 }
 
 /// A random tree of `budget` draft nodes under the root: each node's parent is an earlier node
@@ -297,6 +355,8 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             1e3 * host.median_ms
         ),
     );
+
+    host_costs::<B>(device, c, args.context)?;
 
     // Tree verify at each budget.
     let mut features = None;

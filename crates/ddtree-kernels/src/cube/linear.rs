@@ -291,35 +291,48 @@ impl TileShape {
     /// multiprocessors, or `None` when the sizes do not tile (`k` and `n_out` must be multiples
     /// of 16) or the rows are too many.
     ///
-    /// Two W tiles per plane while the accumulators stay few (up to 4 row tiles), else one;
-    /// chunks of 64 k (32 with two W tiles); then as many k-slices (dividing the chunks) as it
-    /// takes to give every core about two cubes.
+    /// One W tile per plane and chunks of 64 k (32 or 16 where `k` needs it), then the fewest
+    /// k-slices (dividing the chunks) that give every core at least two cubes — the best or
+    /// within 5 % of the best of every shape in the H200 sweep of 16, 65 and 129 rows on
+    /// 4096 × 12288 and 12288 × 4096 (`ddtree-bench self-test --sweep-tiles`,
+    /// docs/perf-notes.md).
     pub fn choose(rows: usize, n_out: usize, k: usize, cores: usize) -> Option<Self> {
         if rows == 0 || rows > MAX_TILED_ROWS || !n_out.is_multiple_of(16) || !k.is_multiple_of(16) {
             return None;
         }
-        let m_tiles = rows.div_ceil(16);
-        let n_tiles = if m_tiles <= 4 && n_out.is_multiple_of(32) {
-            2
-        } else {
-            1
-        };
-        // Chunks of 64 (32 with two W tiles per plane) keep the staged chunks within the 48 KB
-        // of static shared memory.
-        let widest = if n_tiles == 2 { 2 } else { 4 };
-        let unroll = [4, 2, 1]
-            .into_iter()
-            .find(|&u| u <= widest && k.is_multiple_of(16 * u))?;
-        let columns = n_out.div_ceil(TILE_PLANES * 16 * n_tiles);
-        let wanted = (2 * cores).div_ceil(columns).clamp(1, Self::MAX_K_SPLITS);
-        let chunks = k / (16 * unroll);
-        let k_splits = (1..=wanted).rev().find(|s| chunks.is_multiple_of(*s))?;
-        Some(Self {
-            m_tiles,
-            n_tiles,
+        let unroll = [4, 2, 1].into_iter().find(|&u| k.is_multiple_of(16 * u))?;
+        let shape = |k_splits| Self {
+            m_tiles: rows.div_ceil(16),
+            n_tiles: 1,
             k_splits,
             unroll,
-        })
+        };
+        let columns = shape(1).columns(n_out);
+        let chunks = k / (16 * unroll);
+        let wanted = (2 * cores).div_ceil(columns);
+        let k_splits = (1..=Self::MAX_K_SPLITS.min(chunks))
+            .filter(|s| chunks.is_multiple_of(*s))
+            .find(|&s| s >= wanted)
+            .unwrap_or_else(|| {
+                (1..=Self::MAX_K_SPLITS.min(chunks))
+                    .rev()
+                    .find(|s| chunks.is_multiple_of(*s))
+                    .unwrap_or(1)
+            });
+        Some(shape(k_splits))
+    }
+
+    /// Whether this shape computes `rows × k` by `[n_out, k]`: enough row tiles, whole W tiles
+    /// across `n_out`, whole chunks in every k-slice.
+    pub fn fits(&self, rows: usize, n_out: usize, k: usize) -> bool {
+        let chunk = 16 * self.unroll;
+        rows > 0
+            && self.n_tiles > 0
+            && self.k_splits > 0
+            && self.unroll > 0
+            && rows <= 16 * self.m_tiles
+            && n_out.is_multiple_of(16 * self.n_tiles)
+            && k.is_multiple_of(chunk * self.k_splits)
     }
 
     /// Cubes along the output features.
@@ -327,7 +340,7 @@ impl TileShape {
         n_out.div_ceil(TILE_PLANES * 16 * self.n_tiles)
     }
 
-    /// Static shared memory of a cube for 2-byte elements: the staged chunks of `x` and W (rows
+    /// Shared memory of a cube for 2-byte elements: the staged chunks of `x` and W (rows
     /// a chunk wide plus 16 bytes) and the planes' output slots.
     pub fn shared_bytes(&self) -> usize {
         let row = 32 * self.unroll + 16;
@@ -360,11 +373,12 @@ mod tests {
                     k.is_multiple_of(16 * s.unroll * s.k_splits),
                     "{rows} {n_out} {k}: {s:?}"
                 );
+                assert!(s.fits(rows, n_out, k), "{rows} {n_out} {k}: {s:?}");
                 assert!(s.m_tiles * s.n_tiles <= 9, "accumulators per plane: {s:?}");
                 assert!(s.shared_bytes() <= 48 * 1024, "{s:?}: {} bytes", s.shared_bytes());
                 let cubes = s.columns(n_out) * s.k_splits;
                 assert!(
-                    cubes >= 132 || s.k_splits == TileShape::MAX_K_SPLITS || k == 48,
+                    cubes >= 2 * 132 || s.k_splits == TileShape::MAX_K_SPLITS || k == 48,
                     "{rows} {n_out} {k}: {s:?} gives {cubes} cubes"
                 );
             }

@@ -14,6 +14,7 @@ pub mod attention;
 pub mod cache;
 pub mod linear;
 pub mod norm;
+mod reduce;
 pub mod rope;
 pub mod top_k;
 
@@ -43,8 +44,14 @@ pub use cubecl::cuda::CudaDevice;
 const PLANES_PER_CUBE: u32 = 4;
 /// Planes per attention cube (each takes one query of the cube at a time).
 const ATTENTION_PLANES: u32 = 8;
+/// Planes per cube of the split-combining attention kernel (each adds every 8th split).
+const COMBINE_PLANES: u32 = 8;
 /// The largest `k` the top-K kernel is tested for (DDTree budgets stay below it).
 const TOP_K_MAX: usize = 256;
+/// Units per cube of the norms (one cube per row: a 4096-wide row is two 16-byte vectors each).
+const NORM_UNITS: u32 = 256;
+/// Units per cube of the argmax (one cube per row of up to ~152k logits).
+const ARGMAX_UNITS: u32 = 1024;
 /// Units per cube for element-wise kernels.
 const ELEMENTWISE_CUBE: u32 = 256;
 
@@ -106,7 +113,7 @@ where
         let (x, w) = (cube(x), cube(weight));
         let y = contiguous::<R, F, _>(&x, [rows, hidden]);
         let width = vector_width(&[&x, &w, &y], hidden);
-        let (count, dim) = row_grid(&x.client, rows);
+        let (count, dim, planes) = cube_per_row(&x.client, rows, NORM_UNITS);
         // SAFETY: contiguous buffers of `rows · hidden` and `hidden` elements.
         unsafe {
             norm::rms_norm_rows::launch_unchecked::<F, R>(
@@ -118,9 +125,9 @@ where
                 array(&w),
                 array(&y),
                 hidden / width,
-                rows,
                 1.0 / hidden as f32,
                 eps as f32,
+                planes,
             );
         }
         float(y)
@@ -142,7 +149,7 @@ where
         let sum = contiguous::<R, F, _>(&x, [rows, hidden]);
         let y = contiguous::<R, F, _>(&x, [rows, hidden]);
         let width = vector_width(&[&x, &delta, &w, &sum, &y], hidden);
-        let (count, dim) = row_grid(&x.client, rows);
+        let (count, dim, planes) = cube_per_row(&x.client, rows, NORM_UNITS);
         // SAFETY: contiguous buffers of `rows · hidden` (x, delta, sum, y) and `hidden` elements.
         unsafe {
             norm::add_rms_norm_rows::launch_unchecked::<F, R>(
@@ -156,9 +163,9 @@ where
                 array(&sum),
                 array(&y),
                 hidden / width,
-                rows,
                 1.0 / hidden as f32,
                 eps as f32,
+                planes,
             );
         }
         (float(sum), float(y))
@@ -356,76 +363,123 @@ where
         let bits = client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(&words32));
         let plane = client.properties().hardware.plane_size_max as usize;
         // Queries and keys in vectors: the cache's strides must keep every key row aligned.
-        let width = vector_width(&[&q, &k], head_dim);
+        let width = vector_width(&[&q, &k, &v], head_dim);
         let width = if head_stride.is_multiple_of(width) && row_stride.is_multiple_of(width) {
             width
         } else {
             1
         };
         let group = q_heads / kv_heads;
-        let max_queries = attention::QUERY_STATE / head_dim;
-        assert!(
-            group <= max_queries,
-            "attention: {group} query heads per KV head exceed the kernel's {max_queries} queries per cube"
-        );
-        // A block of rows with all their query heads per cube; enough splits of the keys to give
-        // every multiprocessor about two cubes.
-        let rows_per_block = max_queries / group;
-        let row_blocks = rows.div_ceil(rows_per_block);
         let kv_len = ctx.prefix_len + rows;
-        let tiles = kv_len.div_ceil(plane);
         let multiprocessors = client
             .properties()
             .hardware
             .num_streaming_multiprocessors
             .unwrap_or(64) as usize;
+        let queries = rows * q_heads;
+        // Tensor cores from 16 queries per KV head on, when the vectors are 16 bytes wide and
+        // the staged tiles fit in shared memory.
+        let tiles = rows * group >= 16
+            && head_dim.is_multiple_of(16)
+            && width * size_of::<F>() == 16
+            && has_tensor_tiles::<R, F>(&client)
+            && attention::tiles_shared_bytes(head_dim, size_of::<F>())
+                <= client.properties().hardware.max_shared_memory_size;
+        // Blocks of queries per KV head, and enough splits of the keys to give every
+        // multiprocessor about two cubes.
+        let (step, row_blocks) = if tiles {
+            (
+                attention::TILE_KEYS,
+                (rows * group).div_ceil(attention::TILE_QUERIES),
+            )
+        } else {
+            let max_queries = attention::QUERY_STATE / head_dim;
+            assert!(
+                group <= max_queries,
+                "attention: {group} query heads per KV head exceed the kernel's {max_queries} queries per cube"
+            );
+            (plane, rows.div_ceil(max_queries / group))
+        };
+        let steps = kv_len.div_ceil(step);
         let wanted = (2 * multiprocessors)
             .div_ceil(kv_heads * row_blocks)
-            .clamp(1, tiles);
-        let keys_per_split = tiles.div_ceil(wanted) * plane;
+            .clamp(1, steps);
+        let keys_per_split = steps.div_ceil(wanted) * step;
         let splits = kv_len.div_ceil(keys_per_split);
-        let queries = rows * q_heads;
         let partials = if splits > 1 { splits * queries } else { 1 };
         let part_acc = contiguous::<R, f32, _>(&q, [partials, head_dim]);
         let part_ml = contiguous::<R, f32, _>(&q, [partials, 2]);
+        let cubes = CubeCount::Static(kv_heads as u32, splits as u32, row_blocks as u32);
+        // SAFETY: `bits` holds `words32.len()` u32 words.
+        let bits = unsafe { ArrayArg::from_raw_parts(bits, words32.len()) };
         // SAFETY: q/out are `[rows, q_heads, head_dim]`, k/v `[kv_heads, capacity, head_dim]`,
-        // q/out dense, k/v with a dense last dimension; the block rows lie in the cache; the
-        // partial buffers hold `splits · rows · q_heads` entries when there is more than one split.
+        // q/out dense, k/v with a dense last dimension and strides that are multiples of the
+        // vector width; the block rows lie in the cache; the partial buffers hold
+        // `splits · rows · q_heads` entries when there is more than one split.
         unsafe {
-            attention::attention_splits::launch_unchecked::<F, R>(
-                &client,
-                CubeCount::Static(kv_heads as u32, splits as u32, row_blocks as u32),
-                CubeDim::new_2d(plane as u32, ATTENTION_PLANES),
-                width,
-                array(&q),
-                view_array(&k),
-                view_array(&v),
-                ArrayArg::from_raw_parts(bits, words32.len()),
-                array(&out),
-                array(&part_acc),
-                array(&part_ml),
-                head_stride,
-                row_stride,
-                ctx.prefix_len,
-                rows,
-                words_per_row,
-                ctx.window.unwrap_or(0),
-                scale as f32,
-                keys_per_split,
-                rows_per_block,
-                splits,
-                q_heads,
-                kv_heads,
-                head_dim,
-                plane,
-                ATTENTION_PLANES as usize,
-                mode,
-            );
+            if tiles {
+                attention::attention_tiles::launch_unchecked::<F, R>(
+                    &client,
+                    cubes,
+                    CubeDim::new_2d(32, attention::TILE_PLANES as u32),
+                    width,
+                    array(&q),
+                    view_array(&k),
+                    view_array(&v),
+                    bits,
+                    array(&out),
+                    array(&part_acc),
+                    array(&part_ml),
+                    head_stride,
+                    row_stride,
+                    ctx.prefix_len,
+                    rows,
+                    words_per_row,
+                    ctx.window.unwrap_or(0),
+                    scale as f32,
+                    keys_per_split,
+                    splits,
+                    q_heads,
+                    kv_heads,
+                    head_dim,
+                    mode,
+                );
+            } else {
+                attention::attention_splits::launch_unchecked::<F, R>(
+                    &client,
+                    cubes,
+                    CubeDim::new_2d(plane as u32, ATTENTION_PLANES),
+                    width,
+                    array(&q),
+                    view_array(&k),
+                    view_array(&v),
+                    bits,
+                    array(&out),
+                    array(&part_acc),
+                    array(&part_ml),
+                    head_stride,
+                    row_stride,
+                    ctx.prefix_len,
+                    rows,
+                    words_per_row,
+                    ctx.window.unwrap_or(0),
+                    scale as f32,
+                    keys_per_split,
+                    attention::QUERY_STATE / head_dim / group,
+                    splits,
+                    q_heads,
+                    kv_heads,
+                    head_dim,
+                    plane,
+                    ATTENTION_PLANES as usize,
+                    mode,
+                );
+            }
             if splits > 1 {
                 attention::attention_combine::launch_unchecked::<F, R>(
                     &client,
                     CubeCount::Static(queries as u32, 1, 1),
-                    CubeDim::new_1d(plane as u32),
+                    CubeDim::new_2d(plane as u32, COMBINE_PLANES),
                     array(&part_acc),
                     array(&part_ml),
                     array(&out),
@@ -433,6 +487,7 @@ where
                     splits,
                     head_dim,
                     plane,
+                    COMBINE_PLANES as usize,
                 );
             }
         }
@@ -452,17 +507,19 @@ where
         let [rows, cols] = logits.dims();
         let logits = cube(logits);
         let out = contiguous::<R, I, _>(&logits, [rows]);
-        let (count, dim) = row_grid(&logits.client, rows);
+        let width = vector_width(&[&logits], cols);
+        let (count, dim, planes) = cube_per_row(&logits.client, rows, ARGMAX_UNITS);
         // SAFETY: a contiguous `[rows, cols]` input and a `[rows]` output.
         unsafe {
             argmax::argmax_rows::launch_unchecked::<F, I, R>(
                 &logits.client,
                 count,
                 dim,
+                width,
                 array(&logits),
                 array(&out),
-                cols,
-                rows,
+                cols / width,
+                planes,
             );
         }
         Tensor::from_primitive(out)
@@ -534,23 +591,48 @@ where
     let [rows, k] = x.dims();
     let n_out = weight.dims()[0];
     let client = R::client(&x.device());
-    let elem = F::as_type_native_unchecked().storage_type();
-    let tiles = cubecl::ir::features::MmaConfig {
-        a_type: elem,
-        b_type: elem,
-        cd_type: f32::as_type_native_unchecked().storage_type(),
-        m: 16,
-        n: 16,
-        k: 16,
-    };
-    let hardware = &client.properties().hardware;
-    let cores = hardware.num_streaming_multiprocessors.unwrap_or(64) as usize;
-    let shape = (hardware.plane_size_max == 32 && client.features().matmul.cmma.contains(&tiles))
-        .then(|| linear::TileShape::choose(rows, n_out, k, cores))
-        .flatten();
-    let Some(shape) = shape else {
+    let cores = client
+        .properties()
+        .hardware
+        .num_streaming_multiprocessors
+        .unwrap_or(64) as usize;
+    match linear::TileShape::choose(rows, n_out, k, cores) {
+        Some(shape) => linear_tiled_with(x, weight, shape),
+        None => Err((x, weight)),
+    }
+}
+
+/// [`linear_tiled`] with an explicit launch shape (benchmarks compare shapes with it); `Err`
+/// gives the inputs back when the shape does not [fit](linear::TileShape::fits) the product or
+/// the device lacks 16×16×16 tensor-core tiles of the float type.
+#[allow(clippy::type_complexity)]
+pub fn linear_tiled_with<R, F, I, BT>(
+    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    weight: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    shape: linear::TileShape,
+) -> Result<
+    Tensor<CubeBackend<R, F, I, BT>, 2>,
+    (
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+    ),
+>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let [rows, k] = x.dims();
+    let n_out = weight.dims()[0];
+    let client = R::client(&x.device());
+    let usable = has_tensor_tiles::<R, F>(&client)
+        && weight.dims()[1] == k
+        && shape.fits(rows, n_out, k)
+        && shape.shared_bytes() <= client.properties().hardware.max_shared_memory_size;
+    if !usable {
         return Err((x, weight));
-    };
+    }
     let (x, w) = (cube(x), cube(weight));
     // WMMA loads need 32-byte aligned tile starts.
     let aligned = |t: &CubeTensor<R>| t.handle.offset_start.unwrap_or(0).is_multiple_of(32);
@@ -563,8 +645,8 @@ where
     let width = 16 / size_of::<F>();
     let cubes = CubeCount::Static(shape.columns(n_out) as u32, splits as u32, 1);
     // SAFETY: x holds `rows` dense rows of k, W `n_out` dense rows of k, y `rows · n_out` and
-    // partial `splits · rows · n_out` when there are several splits; `TileShape::choose`
-    // guarantees the tiling divides k and n_out.
+    // partial `splits · rows · n_out` when there are several splits; `TileShape::fits` checked
+    // that the tiling divides k and n_out.
     unsafe {
         linear::linear_tiles::launch_unchecked::<F, R>(
             &client,
@@ -598,6 +680,21 @@ where
         }
     }
     Ok(float(y))
+}
+
+/// Whether the device multiplies 16×16×16 tiles of `F` into f32 accumulators with planes of 32
+/// (CUDA tensor cores; not lavapipe).
+fn has_tensor_tiles<R: CubeRuntime, F: FloatElement>(client: &ComputeClient<R>) -> bool {
+    let elem = F::as_type_native_unchecked().storage_type();
+    let tiles = cubecl::ir::features::MmaConfig {
+        a_type: elem,
+        b_type: elem,
+        cd_type: f32::as_type_native_unchecked().storage_type(),
+        m: 16,
+        n: 16,
+        k: 16,
+    };
+    client.properties().hardware.plane_size_max == 32 && client.features().matmul.cmma.contains(&tiles)
 }
 
 /// A tensor with a dense last dimension as an array argument spanning its last element.
@@ -664,6 +761,23 @@ fn elementwise_grid(len: usize) -> (CubeCount, CubeDim) {
     (
         CubeCount::Static((len as u32).div_ceil(ELEMENTWISE_CUBE), 1, 1),
         CubeDim::new_1d(ELEMENTWISE_CUBE),
+    )
+}
+
+/// One cube per row of about `units` units (fewer where the device allows fewer): the grid, the
+/// cube and its planes.
+fn cube_per_row<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    rows: usize,
+    units: u32,
+) -> (CubeCount, CubeDim, usize) {
+    let hardware = &client.properties().hardware;
+    let plane = hardware.plane_size_max;
+    let planes = (units.min(hardware.max_units_per_cube) / plane).max(1);
+    (
+        CubeCount::Static(rows as u32, 1, 1),
+        CubeDim::new_2d(plane, planes),
+        planes as usize,
     )
 }
 
