@@ -43,15 +43,18 @@ for part in "$@"; do
   sweep) run sweep "$bin" self-test --device cuda --no-bandwidth --sweep-tiles ;;
   ncu)
     # Nsight Compute (needs a runtime that exposes the counters; `--clock-control none` leaves
-    # the clocks alone). First the GPU time and DRAM bytes of every kernel of a short stages run
-    # (one pass per kernel, launches serialised: compare kernels, not the stage totals), then the
-    # throughput, occupancy and stall sections of a few launches of the main kernels: the
-    # tensor-core linear and the attention in a verify at B=64 (after the prefill's), the GEMV in
-    # an AR step.
+    # the clocks alone): the GPU time and DRAM bytes of every kernel of a short stages run (one
+    # pass per kernel, launches serialised: compare kernels, not the stage totals).
+    # `ncu-sections`: the throughput, occupancy and stall sections of a few launches of the main
+    # kernels: the tensor-core linear and the attention in a verify at B=64 (after the
+    # prefill's), the GEMV in an AR step.
     short=(stages --device cuda --reps 1 --warmup 0 --budgets 64)
     run ncu-times bash -c "ncu --clock-control none --csv --print-units base \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
       '$bin' ${short[*]} > '$out/ncu-times.csv' && gzip -f '$out/ncu-times.csv'"
+    ;;
+  ncu-sections)
+    short=(stages --device cuda --reps 1 --warmup 0 --budgets 64)
     sections=(--clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis
       --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats)
     run ncu-sections bash -c "ncu ${sections[*]} -k regex:linear_rows --launch-skip 40 --launch-count 4 '$bin' ${short[*]} \

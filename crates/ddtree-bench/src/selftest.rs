@@ -163,6 +163,17 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             &want,
         );
     }
+    for (rows, k, inter) in [(1, 4096, 12288), (8, 4096, 1000), (3, 100, 7)] {
+        // The GEMV's SwiGLU variant (up to 8 rows) against the reference projection + activation.
+        let (x, x_ref) = on_device::<B, 2>(random(11, rows * k, 1.0), [rows, k], device);
+        let (w, w_ref) = on_device::<B, 2>(random(12, 2 * inter * k, 0.05), [2 * inter, k], device);
+        let want = host_f32(Cpu::gate_up_silu(x_ref, w_ref));
+        checks.compare(
+            &format!("gate_up_silu {rows}x{k} · {}x{k}ᵀ", 2 * inter),
+            &host_f32(B::gate_up_silu(x, w)),
+            &want,
+        );
+    }
     {
         // The fused gate/up projection's halves, read in place as row views.
         let (rows, cols) = (5, 12288);

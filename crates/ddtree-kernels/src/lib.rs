@@ -97,6 +97,13 @@ pub trait KernelOps: Backend {
         reference::silu_mul(gate, up)
     }
 
+    /// The SwiGLU half of an MLP: `silu(x · Wgᵀ) ⊙ (x · Wuᵀ)` for a fused gate/up weight
+    /// `[2 · inter, in]` (gate rows first), `[rows, in] → [rows, inter]` — [`KernelOps::linear`]
+    /// then [`KernelOps::silu_mul`] on the two halves.
+    fn gate_up_silu(x: Tensor<Self, 2>, gate_up: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        gate_up_silu_unfused(x, gate_up)
+    }
+
     /// NeoX rotary embedding over the first `2·cos.dims()[1]` dims ([`reference::rope`]).
     fn rope(x: Tensor<Self, 3>, cos: Tensor<Self, 2>, sin: Tensor<Self, 2>) -> Tensor<Self, 3> {
         reference::rope(x, cos, sin)
@@ -195,4 +202,15 @@ where
     Q: burn_ndarray::QuantElement,
     burn_ndarray::NdArrayTensor: From<burn_ndarray::SharedArray<E>> + From<burn_ndarray::SharedArray<I>>,
 {
+}
+
+/// [`KernelOps::gate_up_silu`] as two ops: the fused projection, then the activation on its
+/// halves (read in place).
+pub fn gate_up_silu_unfused<B: KernelOps>(x: Tensor<B, 2>, gate_up: Tensor<B, 2>) -> Tensor<B, 2> {
+    let rows = x.dims()[0];
+    let inter = gate_up.dims()[0] / 2;
+    let both = <B as KernelOps>::linear(x, gate_up);
+    let gate = both.clone().slice([0..rows, 0..inter]);
+    let up = both.slice([0..rows, inter..2 * inter]);
+    B::silu_mul(gate, up)
 }

@@ -27,7 +27,7 @@ pub const QUERY_STATE: usize = 2048;
 /// `head_stride`, `row_stride` (elements; rows may be pitched) and the block at cache rows
 /// `prefix_len..prefix_len + rows`, `bits: [rows, words]` little-endian u32 words (only read for
 /// [`TREE`]). `window` 0 means none; otherwise the query at cache row `p` sees only cache rows
-/// `> p - window`. `q` and `k` are read in vectors of `N`, which divides `head_dim` and both
+/// `> p - window`. `q`, `k` and `v` are read in vectors of `N`, which divides `head_dim` and both
 /// strides.
 ///
 /// Launch with `CubeCount = (kv_heads, splits, ⌈rows / rows_per_block⌉)` and
@@ -40,7 +40,7 @@ pub const QUERY_STATE: usize = 2048;
 pub fn attention_splits<F: Float, N: Size>(
     q: &Array<Vector<F, N>>,
     k: &Array<Vector<F, N>>,
-    v: &Array<F>,
+    v: &Array<Vector<F, N>>,
     bits: &Array<u32>,
     out: &mut Array<F>,
     part_acc: &mut Array<f32>,
@@ -64,8 +64,9 @@ pub fn attention_splits<F: Float, N: Size>(
 ) {
     let group = comptime!(q_heads / kv_heads);
     let max_queries = comptime!(QUERY_STATE / head_dim);
-    // Queries and keys are read in vectors of `N`; rows of the key tile are padded by one vector
-    // so that lanes reading "their" key at the same dimension hit different shared-memory banks.
+    // Queries, keys and values are read in vectors of `N`; rows of the key tile are padded by one
+    // vector so that lanes reading "their" key at the same dimension hit different shared-memory
+    // banks.
     let vec = N::value();
     let head_vecs = comptime!(head_dim / vec);
     let pitch = comptime!(head_vecs + 1);
@@ -125,13 +126,16 @@ pub fn attention_splits<F: Float, N: Size>(
             e += units;
         }
         let mut e = unit;
-        while e < comptime!(plane * head_dim) {
-            let key = tile + e / head_dim;
-            let mut vv = F::from_int(0);
+        while e < comptime!(plane * head_vecs) {
+            let key = tile + e / head_vecs;
+            let mut vv = Vector::<F, N>::new(F::from_int(0));
             if key < key_end {
-                vv = v[kv_head * head_stride + key * row_stride + e % head_dim];
+                vv = v[(kv_head * head_stride + key * row_stride) / vec + e % head_vecs];
             }
-            vs[e] = vv;
+            #[unroll]
+            for i in 0..vec {
+                vs[e * vec + i] = vv[i];
+            }
             e += units;
         }
         sync_cube();
@@ -257,12 +261,12 @@ pub const TILE_QUERIES: usize = 32;
 pub const TILE_KEYS: usize = 64;
 
 /// Shared memory of an [`attention_tiles()`] cube for `head_dim` and `elem`-byte floats: the
-/// queries, keys and values (rows padded by 16 bytes), the f32 scores, the weights `P`, the f32
-/// output accumulator and the softmax state.
+/// queries, keys and values (rows padded by 16 bytes), the f32 scores, the weights `P` (high and
+/// low parts), the f32 output accumulator and the softmax state.
 pub fn tiles_shared_bytes(head_dim: usize, elem: usize) -> usize {
     let row = head_dim * elem + 16;
     (TILE_QUERIES + 2 * TILE_KEYS) * row
-        + TILE_QUERIES * ((TILE_KEYS + 4) * 4 + (TILE_KEYS + 8) * elem + (head_dim + 4) * 4 + 3 * 4)
+        + TILE_QUERIES * ((TILE_KEYS + 4) * 4 + 2 * (TILE_KEYS + 8) * elem + (head_dim + 4) * 4 + 3 * 4)
 }
 
 /// [`attention_splits()`] on tensor cores, for blocks of rows with at least 16 queries per KV
@@ -270,17 +274,17 @@ pub fn tiles_shared_bytes(head_dim: usize, elem: usize) -> usize {
 /// accumulators.
 ///
 /// The queries of one KV head are numbered `j = row · group + head_in_group`; a cube takes
-/// [`TILE_QUERIES`] consecutive ones (zero past the last) and one split of the keys, which it walks
-/// in steps of [`TILE_KEYS`]: the step's keys and values are staged in shared memory with 16-byte
-/// loads (the next step's in flight during this one), each plane computes one 16×16 tile of
-/// scores `Q·Kᵀ` into shared memory, each plane then runs the online softmax of its query rows
-/// (scaled, masked, `P` rounded to `F`), and finally each plane rescales its own 16 columns of
-/// the output accumulator (kept in shared memory in f32, since WMMA accumulators cannot be
-/// scaled per row in registers) and adds `P·V`. Same arguments and outputs as
-/// [`attention_splits()`], except that `v` is read in vectors too, `N` must be 16 bytes of `F`
-/// and `head_dim` a multiple of 16. Launch with `CubeCount = (kv_heads, splits,
-/// ⌈rows · group / TILE_QUERIES⌉)`, `CubeDim = (32, TILE_PLANES)` and `keys_per_split` a
-/// multiple of [`TILE_KEYS`].
+/// [`TILE_QUERIES`] consecutive ones (zero past the last) and one split of the keys, which it
+/// walks in steps of [`TILE_KEYS`]: the step's keys and values are staged in shared memory with
+/// 16-byte loads (the next step's in flight during this one), each plane computes one 16×16
+/// tile of scores `Q·Kᵀ` into shared memory, each plane then runs the online softmax of its
+/// query rows (scaled, masked, each weight kept as the sum of two `F` values so that `P·V` is as
+/// exact as the f32 sums of [`attention_splits()`]), and finally each plane rescales its own 16
+/// columns of the output accumulator (kept in shared memory in f32, since WMMA accumulators
+/// cannot be scaled per row in registers) and adds `P·V`. Same arguments and outputs as
+/// [`attention_splits()`], except that `N` must be 16 bytes of `F` and `head_dim` a multiple of
+/// 16. Launch with `CubeCount = (kv_heads, splits, ⌈rows · group / TILE_QUERIES⌉)`,
+/// `CubeDim = (32, TILE_PLANES)` and `keys_per_split` a multiple of [`TILE_KEYS`].
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn attention_tiles<F: Float, N: Size>(
@@ -341,6 +345,7 @@ pub fn attention_tiles<F: Float, N: Size>(
     let mut v_s = SharedMemory::<Vector<F, N>>::new_aligned(kv_len_s, 32usize);
     let mut s_s = SharedMemory::<f32>::new_aligned(comptime!(TILE_QUERIES * s_pitch), 32usize);
     let mut p_s = SharedMemory::<F>::new_aligned(comptime!(TILE_QUERIES * p_pitch), 32usize);
+    let mut p_lo = SharedMemory::<F>::new_aligned(comptime!(TILE_QUERIES * p_pitch), 32usize);
     let mut o_s = SharedMemory::<f32>::new_aligned(comptime!(TILE_QUERIES * o_pitch), 32usize);
     let mut ms = SharedMemory::<f32>::new(TILE_QUERIES);
     let mut ls = SharedMemory::<f32>::new(TILE_QUERIES);
@@ -467,7 +472,11 @@ pub fn attention_tiles<F: Float, N: Size>(
                 #[unroll]
                 for u in 0..comptime!(TILE_KEYS / 32) {
                     let weight = select(scores[u] > f32::min_value(), f32::exp(scores[u] - m_new), 0.0f32);
-                    p_s[i * p_pitch + u * 32 + lane] = F::cast_from(weight);
+                    // The weight as a sum of two `F` values, so that `P·V` loses no more than the
+                    // f32 sums of `attention_splits` (which AR uses: the two paths agree).
+                    let high = F::cast_from(weight);
+                    p_s[i * p_pitch + u * 32 + lane] = high;
+                    p_lo[i * p_pitch + u * 32 + lane] = F::cast_from(weight - f32::cast_from(high));
                     sum += weight;
                 }
                 let correction = f32::exp(m_old - m_new);
@@ -532,6 +541,21 @@ pub fn attention_tiles<F: Float, N: Size>(
                                 comptime!(p_pitch) as u32,
                             );
                             // SAFETY: loaded on the next line.
+                            let a_lo = unsafe {
+                                cmma::Matrix::<F>::uninitialized(
+                                    cmma::MatrixIdent::A,
+                                    16usize,
+                                    16usize,
+                                    16usize,
+                                    cmma::MatrixLayout::RowMajor,
+                                )
+                            };
+                            cmma::load(
+                                &a_lo,
+                                &p_lo.slice(at, comptime!(TILE_QUERIES * p_pitch)),
+                                comptime!(p_pitch) as u32,
+                            );
+                            // SAFETY: loaded on the next line.
                             let b = unsafe {
                                 cmma::Matrix::<F>::uninitialized(
                                     cmma::MatrixIdent::B,
@@ -544,6 +568,7 @@ pub fn attention_tiles<F: Float, N: Size>(
                             let at = kt * 16 * kv_pitch + dt * comptime!(16 / vec);
                             cmma::load(&b, &v_s.slice(at, kv_len_s), comptime!(kv_pitch * vec) as u32);
                             cmma::execute::<F, F, f32, f32>(&a, &b, &acc, &acc);
+                            cmma::execute::<F, F, f32, f32>(&a_lo, &b, &acc, &acc);
                         }
                         cmma::store(
                             &mut o_s.slice_mut(at_o, comptime!(TILE_QUERIES * o_pitch)),

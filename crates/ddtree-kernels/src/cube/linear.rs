@@ -7,12 +7,20 @@ use cubecl::prelude::*;
 /// The most `x` rows one launch handles; more rows go to the tiled matmul.
 pub const MAX_ROWS: usize = 8;
 
-/// One plane (warp) per output feature `n`: its lanes stride over the `in` dimension with
-/// `N`-wide vector loads, accumulate in f32 for each of the `rows` inputs, and reduce with
-/// `plane_sum`. `x: [rows, k]`, `w: [n_out, k]`, `y: [rows, n_out]`, all contiguous; `k_vecs` is
-/// `k / N`. Launch with `CubeDim = (plane size, planes per cube)` and enough cubes to cover
-/// `n_out` planes.
+/// `k_planes` planes (warps) per output feature `n`: their lanes stride over the `in` dimension
+/// with `N`-wide vector loads, accumulate in f32 for each of the `rows` inputs and reduce with
+/// `plane_sum`, then across the `k_planes` planes through shared memory. `x: [rows, k]`,
+/// `w: [n_out, k]`, `y: [rows, n_out]`, all contiguous; `k_vecs` is `k / N`. Launch with
+/// `CubeDim = (plane size, planes)`, `k_planes` dividing `planes`, and enough cubes to cover
+/// `n_out · k_planes` planes. Several planes per feature fill the GPU when `n_out` is small
+/// (4096 features × one plane is half an H200's warp slots).
+///
+/// With `swiglu`, `w` is a fused gate/up projection `[2 · n_out, k]` and the planes stream both
+/// of its rows (`n` and `n_out + n`) to write `y = silu(gate) ⊙ up` — the MLP's activation without
+/// a launch of its own. Gate and up are rounded to `F` first, as the separate [`linear_rows()`]
+/// and [`super::activation::silu_mul()`] launches store them.
 #[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
 pub fn linear_rows<F: Float, N: Size>(
     x: &Array<Vector<F, N>>,
     w: &Array<Vector<F, N>>,
@@ -20,32 +28,77 @@ pub fn linear_rows<F: Float, N: Size>(
     k_vecs: usize,
     n_out: usize,
     #[comptime] rows: usize,
+    #[comptime] swiglu: bool,
+    #[comptime] planes: usize,
+    #[comptime] k_planes: usize,
 ) {
-    let n = (CUBE_POS_X * CUBE_DIM_Y + UNIT_POS_Y) as usize;
+    let part = UNIT_POS_Y as usize % k_planes;
+    let slot = UNIT_POS_Y as usize / k_planes;
+    let n = CUBE_POS_X as usize * comptime!(planes / k_planes) + slot;
+    let lane = UNIT_POS_X as usize;
+    let plane = CUBE_DIM_X as usize;
+    let outputs = comptime!(if swiglu { 2 * rows } else { rows });
+    // Row `r`'s gate (or only) sum in `totals[r]`, its up sum in `totals[rows + r]`.
+    let mut totals = Array::<f32>::new(outputs);
+    let mut acc = Array::<Vector<f32, N>>::new(outputs);
+    #[unroll]
+    for o in 0..outputs {
+        acc[o] = Vector::<f32, N>::new(0.0);
+    }
     if n < n_out {
-        let lane = UNIT_POS_X as usize;
-        let step = CUBE_DIM_X as usize;
         let base = n * k_vecs;
-        let mut acc = Array::<Vector<f32, N>>::new(rows);
-        #[unroll]
-        for r in 0..rows {
-            acc[r] = Vector::<f32, N>::new(0.0);
-        }
-        let mut kv = lane;
+        let up_base = (n_out + n) * k_vecs;
+        let mut kv = part * plane + lane;
         while kv < k_vecs {
             let wv = Vector::<f32, N>::cast_from(w[base + kv]);
+            let mut uv = Vector::<f32, N>::new(0.0);
+            if comptime!(swiglu) {
+                uv = Vector::<f32, N>::cast_from(w[up_base + kv]);
+            }
             #[unroll]
             for r in 0..rows {
                 let xv = Vector::<f32, N>::cast_from(x[r * k_vecs + kv]);
                 acc[r] = fma(wv, xv, acc[r]);
+                if comptime!(swiglu) {
+                    acc[rows + r] = fma(uv, xv, acc[rows + r]);
+                }
             }
-            kv += step;
+            kv += plane * k_planes;
         }
+    }
+    #[unroll]
+    for o in 0..outputs {
+        totals[o] = plane_sum(f32::cast_from(acc[o].vector_sum()));
+    }
+    if comptime!(k_planes > 1) {
+        let mut partial = SharedMemory::<f32>::new(comptime!(planes * outputs));
+        if lane == 0 {
+            #[unroll]
+            for o in 0..outputs {
+                partial[UNIT_POS_Y as usize * outputs + o] = totals[o];
+            }
+        }
+        sync_cube();
+        #[unroll]
+        for o in 0..outputs {
+            let mut sum = 0.0f32;
+            #[unroll]
+            for p in 0..k_planes {
+                sum += partial[(slot * k_planes + p) * outputs + o];
+            }
+            totals[o] = sum;
+        }
+    }
+    if n < n_out && part == 0 && lane == 0 {
         #[unroll]
         for r in 0..rows {
-            let total = plane_sum(f32::cast_from(acc[r].vector_sum()));
-            if lane == 0 {
-                y[r * n_out + n] = F::cast_from(total);
+            if comptime!(swiglu) {
+                // The separate launches' arithmetic: `F` values, `g / (1 + e^(0 − g)) · u` in f32.
+                let g = f32::cast_from(F::cast_from(totals[r]));
+                let u = f32::cast_from(F::cast_from(totals[rows + r]));
+                y[r * n_out + n] = F::cast_from(g / (1.0 + f32::exp(0.0 - g)) * u);
+            } else {
+                y[r * n_out + n] = F::cast_from(totals[r]);
             }
         }
     }

@@ -40,8 +40,10 @@ pub type Cuda = CubeBackend<cubecl::cuda::CudaRuntime, half::bf16, i32, u8>;
 #[cfg(feature = "cuda")]
 pub use cubecl::cuda::CudaDevice;
 
-/// Planes per cube for the row-per-plane kernels.
+/// Planes per cube of the GEMV.
 const PLANES_PER_CUBE: u32 = 4;
+/// Warps the GEMV aims for: a full wave of an H200 (132 multiprocessors × 64 warps is 8448).
+const GEMV_WARPS: usize = 8192;
 /// Planes per attention cube (each takes one query of the cube at a time).
 const ATTENTION_PLANES: u32 = 8;
 /// Planes per cube of the split-combining attention kernel (each adds every 8th split).
@@ -73,7 +75,7 @@ where
 {
     fn linear(x: Tensor<Self, 2>, weight: Tensor<Self, 2>) -> Tensor<Self, 2> {
         let [rows, k] = x.dims();
-        let [n_out, k_w] = weight.dims();
+        let k_w = weight.dims()[1];
         assert_eq!(k, k_w, "linear: x has {k} features, the weight expects {k_w}");
         if rows == 0 {
             return crate::reference::linear(x, weight);
@@ -86,26 +88,15 @@ where
             }
             return linear_tiled(x, weight).unwrap_or_else(|(x, w)| crate::reference::linear(x, w));
         }
-        let (x, w) = (cube(x), cube(weight));
-        let y = contiguous::<R, F, _>(&x, [rows, n_out]);
-        let width = vector_width(&[&x, &w], k);
-        let (count, dim) = row_grid(&x.client, n_out);
-        // SAFETY: both inputs are contiguous with the lengths given; the kernel guards its rows.
-        unsafe {
-            linear::linear_rows::launch_unchecked::<F, R>(
-                &x.client,
-                count,
-                dim,
-                width,
-                array(&x),
-                array(&w),
-                array(&y),
-                k / width,
-                n_out,
-                rows,
-            );
+        rows_linear(x, weight, false)
+    }
+
+    fn gate_up_silu(x: Tensor<Self, 2>, gate_up: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        let rows = x.dims()[0];
+        if rows == 0 || rows > linear::MAX_ROWS || !gate_up.dims()[0].is_multiple_of(2) {
+            return crate::gate_up_silu_unfused(x, gate_up);
         }
-        float(y)
+        rows_linear(x, gate_up, true)
     }
 
     fn rms_norm(x: Tensor<Self, 2>, weight: Tensor<Self, 1>, eps: f64) -> Tensor<Self, 2> {
@@ -344,23 +335,21 @@ where
         let (head_stride, row_stride) = (k.meta.strides()[0], k.meta.strides()[1]);
         let client = q.client.clone();
         let out = contiguous::<R, F, _>(&q, [rows, q_heads, head_dim]);
-        // Ancestor bits as little-endian u32 words (a dummy word for the other modes).
-        let (mode, words32) = match ctx.visibility {
-            Visibility::Causal => (attention::CAUSAL, vec![0u32]),
-            Visibility::Full => (attention::FULL, vec![0u32]),
-            Visibility::Tree(bits) => (
-                attention::TREE,
-                bits.words()
+        // Ancestor bits as little-endian u32 words; the other modes never read the buffer, so
+        // one uninitialised word stands in (an allocation, not an upload, per AR step and layer).
+        let (mode, bits, words_per_row, words) = match ctx.visibility {
+            Visibility::Causal => (attention::CAUSAL, client.empty(size_of::<u32>()), 1, 1),
+            Visibility::Full => (attention::FULL, client.empty(size_of::<u32>()), 1, 1),
+            Visibility::Tree(bits) => {
+                let words32: Vec<u32> = bits
+                    .words()
                     .iter()
                     .flat_map(|&w| [w as u32, (w >> 32) as u32])
-                    .collect(),
-            ),
+                    .collect();
+                let handle = client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(&words32));
+                (attention::TREE, handle, 2 * bits.words_per_row(), words32.len())
+            }
         };
-        let words_per_row = match ctx.visibility {
-            Visibility::Tree(bits) => 2 * bits.words_per_row(),
-            _ => 1,
-        };
-        let bits = client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(&words32));
         let plane = client.properties().hardware.plane_size_max as usize;
         // Queries and keys in vectors: the cache's strides must keep every key row aligned.
         let width = vector_width(&[&q, &k, &v], head_dim);
@@ -400,18 +389,24 @@ where
             );
             (plane, rows.div_ceil(max_queries / group))
         };
+        // Tensor-core cubes are long and fit two per multiprocessor: at most one wave of them (a
+        // second, partial wave cost up to half the launch at B = 64); the others, at least one.
         let steps = kv_len.div_ceil(step);
-        let wanted = (2 * multiprocessors)
-            .div_ceil(kv_heads * row_blocks)
-            .clamp(1, steps);
+        let blocks = kv_heads * row_blocks;
+        let wanted = if tiles {
+            (2 * multiprocessors) / blocks
+        } else {
+            (2 * multiprocessors).div_ceil(blocks)
+        }
+        .clamp(1, steps);
         let keys_per_split = steps.div_ceil(wanted) * step;
         let splits = kv_len.div_ceil(keys_per_split);
         let partials = if splits > 1 { splits * queries } else { 1 };
         let part_acc = contiguous::<R, f32, _>(&q, [partials, head_dim]);
         let part_ml = contiguous::<R, f32, _>(&q, [partials, 2]);
         let cubes = CubeCount::Static(kv_heads as u32, splits as u32, row_blocks as u32);
-        // SAFETY: `bits` holds `words32.len()` u32 words.
-        let bits = unsafe { ArrayArg::from_raw_parts(bits, words32.len()) };
+        // SAFETY: `bits` holds `words` u32 words.
+        let bits = unsafe { ArrayArg::from_raw_parts(bits, words) };
         // SAFETY: q/out are `[rows, q_heads, head_dim]`, k/v `[kv_heads, capacity, head_dim]`,
         // q/out dense, k/v with a dense last dimension and strides that are multiples of the
         // vector width; the block rows lie in the cache; the partial buffers hold
@@ -524,6 +519,57 @@ where
         }
         Tensor::from_primitive(out)
     }
+}
+
+/// [`linear::linear_rows()`] for at most [`linear::MAX_ROWS`] rows: `x · Wᵀ`, or with `swiglu`
+/// the activation of a fused gate/up weight (`[rows, n_out / 2]`).
+fn rows_linear<R, F, I, BT>(
+    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    weight: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    swiglu: bool,
+) -> Tensor<CubeBackend<R, F, I, BT>, 2>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let [rows, k] = x.dims();
+    let n_out = weight.dims()[0] / if swiglu { 2 } else { 1 };
+    let (x, w) = (cube(x), cube(weight));
+    let y = contiguous::<R, F, _>(&x, [rows, n_out]);
+    let width = vector_width(&[&x, &w], k);
+    // Enough planes for one wave of an H200 (132 × 64 warps): up to 4 per feature.
+    let k_planes = [1, 2, 4]
+        .into_iter()
+        .find(|p| n_out * p >= GEMV_WARPS)
+        .unwrap_or(PLANES_PER_CUBE as usize);
+    let plane = x.client.properties().hardware.plane_size_max;
+    let cubes = (n_out * k_planes).div_ceil(PLANES_PER_CUBE as usize) as u32;
+    let (count, dim) = (
+        CubeCount::Static(cubes, 1, 1),
+        CubeDim::new_2d(plane, PLANES_PER_CUBE),
+    );
+    // SAFETY: both inputs are contiguous with the lengths given (W holds `2 · n_out` rows with
+    // `swiglu`); the kernel guards its rows.
+    unsafe {
+        linear::linear_rows::launch_unchecked::<F, R>(
+            &x.client,
+            count,
+            dim,
+            width,
+            array(&x),
+            array(&w),
+            array(&y),
+            k / width,
+            n_out,
+            rows,
+            swiglu,
+            PLANES_PER_CUBE as usize,
+            k_planes,
+        );
+    }
+    float(y)
 }
 
 /// The contiguous CubeCL tensor behind a float tensor.
@@ -778,15 +824,5 @@ fn cube_per_row<R: CubeRuntime>(
         CubeCount::Static(rows as u32, 1, 1),
         CubeDim::new_2d(plane, planes),
         planes as usize,
-    )
-}
-
-/// One plane per row: `CubeDim = (plane size, planes per cube)` and enough cubes for `rows`.
-fn row_grid<R: CubeRuntime>(client: &ComputeClient<R>, rows: usize) -> (CubeCount, CubeDim) {
-    let plane = client.properties().hardware.plane_size_max;
-    let cubes = (rows as u32).div_ceil(PLANES_PER_CUBE).max(1);
-    (
-        CubeCount::Static(cubes, 1, 1),
-        CubeDim::new_2d(plane, PLANES_PER_CUBE),
     )
 }

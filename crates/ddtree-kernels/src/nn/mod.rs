@@ -84,29 +84,22 @@ impl<B: KernelOps> RmsNorm<B> {
 pub struct Mlp<B: KernelOps> {
     gate_up: Linear<B>,
     down: Linear<B>,
-    intermediate: usize,
 }
 
 impl<B: KernelOps> Mlp<B> {
     /// From the three Hugging Face weights (`gate_proj`, `up_proj`: `[inter, hidden]`,
     /// `down_proj`: `[hidden, inter]`).
     pub fn new(gate: Tensor<B, 2>, up: Tensor<B, 2>, down: Tensor<B, 2>) -> Self {
-        let intermediate = gate.dims()[0];
         Self {
             gate_up: Linear::fused(vec![gate, up]),
             down: Linear::new(down),
-            intermediate,
         }
     }
 
     /// `[rows, hidden] → [rows, hidden]`.
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let rows = x.dims()[0];
-        let inter = self.intermediate;
-        let gate_up = self.gate_up.forward(x);
-        let gate = gate_up.clone().slice([0..rows, 0..inter]);
-        let up = gate_up.slice([0..rows, inter..2 * inter]);
-        self.down.forward(B::silu_mul(gate, up))
+        self.down
+            .forward(B::gate_up_silu(x, self.gate_up.weight().clone()))
     }
 }
 

@@ -158,6 +158,28 @@ fn silu_mul_matches_reference() {
     }
 }
 
+/// The fused gate/up projection with its activation: the GEMV's SwiGLU variant for up to 8 rows,
+/// the unfused path beyond.
+#[test]
+fn gate_up_silu_matches_reference() {
+    let device = gpu();
+    for (rows, k, inter) in [(1, 64, 40), (3, 128, 33), (8, 96, 7), (12, 32, 16)] {
+        let x = values(5 + rows as u64, rows * k, 1.0);
+        let w = values(6 + k as u64, 2 * inter * k, 0.5);
+        let cpu = Default::default();
+        let want = host_f32(Cpu::gate_up_silu(
+            tensor(&x, [rows, k], &cpu),
+            tensor(&w, [2 * inter, k], &cpu),
+        ));
+        let got = host_f32(Gpu::gate_up_silu(
+            tensor(&x, [rows, k], &device),
+            tensor(&w, [2 * inter, k], &device),
+        ));
+        let err = max_rel_err(&got, &want);
+        assert!(err < TOL, "{NAME} gate_up_silu rows={rows} k={k} inter={inter}: error {err}");
+    }
+}
+
 /// Argmax, including ties (the first index wins) and a maximum in the last column.
 #[test]
 fn argmax_matches_reference() {
