@@ -360,11 +360,7 @@ where
         };
         let group = q_heads / kv_heads;
         let kv_len = ctx.prefix_len + rows;
-        let multiprocessors = client
-            .properties()
-            .hardware
-            .num_streaming_multiprocessors
-            .unwrap_or(64) as usize;
+        let multiprocessors = multiprocessors(&client);
         let queries = rows * q_heads;
         // Tensor cores from 16 queries per KV head on, when the vectors are 16 bytes wide and
         // the staged tiles fit in shared memory.
@@ -635,14 +631,8 @@ where
     BT: BoolElement,
 {
     let [rows, k] = x.dims();
-    let n_out = weight.dims()[0];
-    let client = R::client(&x.device());
-    let cores = client
-        .properties()
-        .hardware
-        .num_streaming_multiprocessors
-        .unwrap_or(64) as usize;
-    match linear::TileShape::choose(rows, n_out, k, cores) {
+    let cores = multiprocessors(&R::client(&x.device()));
+    match linear::TileShape::choose(rows, weight.dims()[0], k, cores) {
         Some(shape) => linear_tiled_with(x, weight, shape),
         None => Err((x, weight)),
     }
@@ -726,6 +716,16 @@ where
         }
     }
     Ok(float(y))
+}
+
+/// The device's streaming multiprocessors (64 where the runtime does not say): launch grids aim
+/// for about two cubes on each.
+fn multiprocessors<R: CubeRuntime>(client: &ComputeClient<R>) -> usize {
+    client
+        .properties()
+        .hardware
+        .num_streaming_multiprocessors
+        .unwrap_or(64) as usize
 }
 
 /// Whether the device multiplies 16×16×16 tiles of `F` into f32 accumulators with planes of 32
