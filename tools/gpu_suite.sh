@@ -58,7 +58,7 @@ for part in "$@"; do
     sections=(--clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis
       --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats)
     run ncu-sections bash -c "ncu ${sections[*]} -k regex:linear_rows --launch-skip 40 --launch-count 4 '$bin' ${short[*]} \
-      && ncu ${sections[*]} -k regex:linear_tiles --launch-skip 8 --launch-count 4 '$bin' ${short[*]} \
+      && ncu ${sections[*]} -k regex:linear_mma --launch-skip 8 --launch-count 4 '$bin' ${short[*]} \
       && ncu ${sections[*]} -k regex:attention_tiles --launch-skip 50 --launch-count 2 '$bin' ${short[*]}"
     ;;
   # The same with burn's matmul for more than 8 rows: the baseline of the tensor-core linear.

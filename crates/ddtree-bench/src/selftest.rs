@@ -422,12 +422,12 @@ fn seconds_per_launch<B: KernelOps>(
 
 /// The tensor-core linear ([`ddtree_kernels::cube::linear_tiled`]) of the tree-verify and drafter
 /// rows: checked against the reference at drafter and tree-verify row counts (ragged ones, one or
-/// two W tiles per plane, cubes only partly inside `n_out`, one to sixteen k-slices, small and
-/// large `k`), then measured like `linear`.
+/// two W tiles per plane, cubes only partly inside `n_out`, one to sixteen k-slices, chunks of
+/// 32–128 k, small and large `k`), then measured like `linear`.
 #[cfg(feature = "cuda")]
 mod tensor_cores {
     use super::*;
-    use ddtree_kernels::cube::linear::TileShape;
+    use ddtree_kernels::cube::linear::MmaShape;
     use ddtree_kernels::cube::{Cuda, linear_tiled, linear_tiled_with};
 
     /// The product, or a 1×1 zero tensor when the kernel declines the shape (so the comparison,
@@ -436,19 +436,39 @@ mod tensor_cores {
         linear_tiled(x, w).unwrap_or_else(|(x, _)| Tensor::zeros([1, 1], &x.device()))
     }
 
+    fn with(shape: MmaShape) -> impl Fn(Tensor<Cuda, 2>, Tensor<Cuda, 2>) -> Tensor<Cuda, 2> {
+        move |x, w| linear_tiled_with(x, w, shape).unwrap_or_else(|(x, _)| Tensor::zeros([1, 1], &x.device()))
+    }
+
     pub fn check(checks: &mut Checks, measure: bool) -> Result<(), Error> {
         let device = Default::default();
         for shape in [
             (9, 64, 96),
             (16, 4096, 6144),
             (17, 4096, 512),
-            (20, 48, 80),
+            (20, 96, 80),
             (65, 4096, 1024),
             (129, 12288, 256),
             (144, 1024, 4096),
             (33, 256, 4752),
         ] {
             checks.linear::<Cuda>(&device, "linear_tiled", shape, tiled);
+        }
+        // Shapes `choose` does not pick: one feature tile at few rows, one- and two-step chunks.
+        for (rows, k, n, f_tiles, steps, k_splits) in [(65usize, 4096, 1024, 1, 1, 4), (17, 256, 96, 2, 2, 2)]
+        {
+            let shape = MmaShape {
+                t_tiles: rows.div_ceil(8),
+                f_tiles,
+                k_splits,
+                steps,
+            };
+            checks.linear::<Cuda>(
+                &device,
+                &format!("linear_tiled {shape:?}"),
+                (rows, k, n),
+                with(shape),
+            );
         }
         if measure {
             bandwidth::<Cuda>(&device, "linear_tiled", &[16, 65, 129], tiled)?;
@@ -457,9 +477,9 @@ mod tensor_cores {
     }
 
     /// Every launch shape that fits the verify/drafter row counts at two Qwen3-8B weight shapes
-    /// (1–2 W tiles per plane, chunks of 32–128 k, 1–16 k-slices with at least half a cube per
-    /// core), each checked against burn's matmul and timed like `bandwidth`; the shape
-    /// `TileShape::choose` picks is marked.
+    /// (1–2 feature tiles per plane, chunks of 32–128 k, 1–16 k-slices with at least half a cube
+    /// per core), each checked against burn's matmul and timed like `bandwidth`; the shape
+    /// `linear_tiled` picks is marked.
     pub fn sweep(checks: &mut Checks) -> Result<(), Error> {
         let device = Default::default();
         let cores = 132;
@@ -468,39 +488,38 @@ mod tensor_cores {
             for rows in [16, 65, 129] {
                 let x = Tensor::<Cuda, 2>::random([rows, k], Distribution::Normal(0.0, 1.0), &device);
                 let want = host_f32(x.clone().matmul(weights[0].clone().transpose()));
-                let chosen = TileShape::choose(rows, n, k, cores);
-                let m_tiles = rows.div_ceil(16);
-                for n_tiles in [1, 2] {
-                    for unroll in [2, 4, 8] {
+                let chosen = MmaShape::choose(rows, n, k, cores);
+                let mut shapes = Vec::new();
+                for f_tiles in [1, 2] {
+                    for steps in [1, 2, 4] {
                         for k_splits in [1, 2, 4, 8, 16] {
-                            let shape = TileShape {
-                                m_tiles,
-                                n_tiles,
+                            shapes.push(MmaShape {
+                                t_tiles: rows.div_ceil(8),
+                                f_tiles,
                                 k_splits,
-                                unroll,
-                            };
-                            let cubes = shape.columns(n) * k_splits;
-                            if !shape.fits(rows, n, k) || 2 * cubes < cores || m_tiles * n_tiles > 10 {
-                                continue;
-                            }
-                            let run = |x: Tensor<Cuda, 2>, w: Tensor<Cuda, 2>| {
-                                linear_tiled_with(x, w, shape)
-                                    .unwrap_or_else(|(x, _)| Tensor::zeros([1, 1], &x.device()))
-                            };
-                            let name = format!("linear_tiled {rows}x{k} · {n}x{k}ᵀ {shape:?}");
-                            checks.compare(&name, &host_f32(run(x.clone(), weights[0].clone())), &want);
-                            let per_launch_s = seconds_per_launch(&device, &x, &weights, run)?;
-                            let gbs = (n * k * 2) as f64 / per_launch_s / 1e9;
-                            println!(
-                                "{}",
-                                json!({ "sweep": format!("{rows}x{k}·{n}x{k}"), "n_tiles": n_tiles,
-                                        "unroll": unroll, "k_splits": k_splits, "cubes": cubes,
-                                        "shared_bytes": shape.shared_bytes(),
-                                        "chosen": chosen == Some(shape), "us": per_launch_s * 1e6,
-                                        "of_4300": gbs / 4300.0 })
-                            );
+                                steps,
+                            });
                         }
                     }
+                }
+                for shape in shapes {
+                    let cubes = shape.columns(n) * shape.k_splits;
+                    // At most 18 accumulator tiles (72 f32 registers per lane), as `choose` allows.
+                    let fits_registers = shape.t_tiles * shape.f_tiles <= 18;
+                    if !shape.fits(rows, n, k) || 2 * cubes < cores || !fits_registers {
+                        continue;
+                    }
+                    let run = with(shape);
+                    let name = format!("linear_tiled {rows}x{k} · {n}x{k}ᵀ {shape:?}");
+                    checks.compare(&name, &host_f32(run(x.clone(), weights[0].clone())), &want);
+                    let per_launch_s = seconds_per_launch(&device, &x, &weights, run)?;
+                    let gbs = (n * k * 2) as f64 / per_launch_s / 1e9;
+                    println!(
+                        "{}",
+                        json!({ "sweep": format!("{rows}x{k}·{n}x{k}"), "shape": format!("{shape:?}"),
+                                "cubes": cubes, "chosen": chosen == Some(shape),
+                                "us": per_launch_s * 1e6, "of_4300": gbs / 4300.0 })
+                    );
                 }
             }
         }

@@ -108,197 +108,240 @@ pub fn linear_rows<F: Float, N: Size>(
 /// root needs 129); more go to burn's matmul.
 pub const MAX_TILED_ROWS: usize = 144;
 
-/// Planes per cube of [`linear_tiles()`], each with its own output features.
-pub const TILE_PLANES: usize = 8;
+/// Planes per cube of [`linear_mma()`], each with its own output features.
+pub const MMA_PLANES: usize = 8;
 
-/// `y = x · Wᵀ` on tensor cores for 9–144 rows (tree verify, drafter blocks): 16×16×16 WMMA
-/// tiles with bf16/f16 inputs and f32 accumulators.
+/// `y = x · Wᵀ` on tensor cores for 9–144 rows with `mma.sync` m16n8k16 and register-resident
+/// fragments: the weight is the 16-row A operand and the rows of `x` the 8-column B operand
+/// (`yᵀ = W · xᵀ`), so 65 rows pad to 72, not 80.
 ///
-/// A cube of [`TILE_PLANES`] planes covers `TILE_PLANES · 16 · n_tiles` output features (each
-/// plane its own `16 · n_tiles`) and one of `k_splits` slices of the reduction (`CUBE_POS_Y`). It
-/// walks its slice in chunks of `16 · unroll`, software-pipelined: while the planes run the MMAs
-/// of one chunk from shared memory, the 16-byte loads of the next are in flight — each plane's
-/// rows of W (W streams once, row-major and untransposed: the B tiles are column-major views of
-/// it), and the chunk of `x` for all rows, read once per cube and zero past `rows` (no padded
-/// copy of `x`). One slice writes `y`; several write f32 partial sums
-/// `partial: [k_splits, rows, n_out]` for [`linear_split_sum()`]. `x` and `w` are read in
-/// vectors of `N`.
+/// W goes from global memory straight into registers — each lane loads 16 contiguous bytes of a
+/// W row per 32-wide k-step, one chunk ahead of the MMAs — and is read exactly once. Because a
+/// dot product does not care in which order it visits `k`, a lane's 8 loaded elements serve as
+/// its A fragments of two MMAs (elements 0–3 for the k-slots `2t, 2t+1, 2t+8, 2t+9` of the first,
+/// 4–7 of the second, `t = lane % 4`); the B fragments of `x` use the same slots, read as 16
+/// contiguous bytes of a staged row. The chunk of `x` for all rows is staged in shared memory,
+/// double-buffered: one barrier per chunk, zeros past `rows`.
 ///
-/// Launch with `CubeDim = (32, TILE_PLANES)` and `(⌈n_out / (TILE_PLANES · 16 · n_tiles)⌉,
-/// k_splits)` cubes; `n_out` must be a multiple of `16 · n_tiles`, `k` of
-/// `16 · unroll · k_splits`, and every tile start 32-byte aligned.
+/// `x` and `w` are read as 32-bit words, each a pair of `F` values — exactly one fragment
+/// register, so building fragments costs no instructions.
+///
+/// A cube of [`MMA_PLANES`] planes covers `MMA_PLANES · 16 · f_tiles` output features and one of
+/// `k_splits` slices of `k` (`CUBE_POS_Y`); several slices write f32 partial sums
+/// `partial: [k_splits, rows, n_out]` for [`linear_split_sum()`]. `x` and `w` are read in vectors
+/// of 4 words (`N` = 4: 8 values). Launch with `CubeDim = (32, MMA_PLANES)` and `(⌈n_out / (MMA_PLANES · 16 ·
+/// f_tiles)⌉, k_splits)` cubes; `rows ≤ 8 · t_tiles`, `n_out` a multiple of `16 · f_tiles`, `k`
+/// of `32 · steps · k_splits`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn linear_tiles<F: Float, N: Size>(
-    x: &Array<Vector<F, N>>,
-    w: &Array<Vector<F, N>>,
+pub fn linear_mma<F: Float, N: Size>(
+    x: &Array<Vector<u32, N>>,
+    w: &Array<Vector<u32, N>>,
     y: &mut Array<F>,
     partial: &mut Array<f32>,
     rows: usize,
     n_out: usize,
     #[comptime] k: usize,
-    #[comptime] m_tiles: usize,
-    #[comptime] n_tiles: usize,
+    #[comptime] t_tiles: usize,
+    #[comptime] f_tiles: usize,
     #[comptime] k_splits: usize,
-    #[comptime] unroll: usize,
+    #[comptime] steps: usize,
 ) {
+    let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
+    let size!(NA) = def.vector_size(cmma::MatrixIdent::A);
+    let size!(NC) = def.vector_size(cmma::MatrixIdent::Accumulator);
     let plane = UNIT_POS_Y as usize;
     let lane = UNIT_POS_X as usize;
     let unit = UNIT_POS as usize;
-    let n0 = (CUBE_POS_X as usize * TILE_PLANES + plane) * comptime!(16 * n_tiles);
-    let active = n0 < n_out;
-    // Inactive planes (past `n_out`) stream the cube's first rows instead.
+    let g = lane / 4;
+    let t = lane % 4;
+    let f0 = (CUBE_POS_X as usize * MMA_PLANES + plane) * comptime!(16 * f_tiles);
+    let active = f0 < n_out;
+    // Inactive planes (past `n_out`) stream the first rows of W instead.
     let mut w_row0 = 0usize;
     if active {
-        w_row0 = n0;
+        w_row0 = f0;
     }
-    let vec = N::value();
-    let chunk_vecs = comptime!(16 * unroll / vec);
-    let chunks = comptime!(k / k_splits / (16 * unroll));
-    let k_vecs = comptime!(k / vec);
-    let k_begin = CUBE_POS_Y as usize * comptime!(k_vecs / k_splits);
-    // Staged rows are a chunk wide plus 16 bytes, so that the rows of a fragment load fall on
-    // different shared-memory banks; fragment starts stay 32-byte aligned.
-    let pitch = comptime!(chunk_vecs + 1);
-    let w_rows = comptime!(16 * n_tiles);
-    let w_vecs = comptime!(16 * n_tiles * chunk_vecs);
-    let x_vecs = comptime!(16 * m_tiles * chunk_vecs);
-    let w_per_lane = comptime!(w_vecs.div_ceil(32));
-    let x_per_unit = comptime!(x_vecs.div_ceil(TILE_PLANES * 32));
-    let x_len = comptime!(16 * m_tiles * pitch);
-    let w_len = comptime!(TILE_PLANES * 16 * n_tiles * pitch);
-    let mut x_staged = SharedMemory::<Vector<F, N>>::new_aligned(x_len, 32usize);
-    let mut w_staged = SharedMemory::<Vector<F, N>>::new_aligned(w_len, 32usize);
-    let mut out_tile = SharedMemory::<f32>::new_aligned(comptime!(TILE_PLANES * 256), 32usize);
-    let mut w_next = Array::<Vector<F, N>>::new(w_per_lane);
-    let mut x_next = Array::<Vector<F, N>>::new(x_per_unit);
+    let chunk_vecs = comptime!(4 * steps);
+    let k_vecs = comptime!(k / 8);
+    let slice_vecs = comptime!(k_vecs / k_splits);
+    let chunks = comptime!(slice_vecs / chunk_vecs);
+    let k_begin = CUBE_POS_Y as usize * slice_vecs;
+    // A staged row of `x` is a chunk plus 64 bytes when that makes its length an odd multiple of
+    // 64 bytes: the two rows a quarter-plane reads then fall on different banks.
+    let pitch = comptime!(if steps.is_multiple_of(2) {
+        chunk_vecs + 4
+    } else {
+        chunk_vecs
+    });
+    let tokens = comptime!(8 * t_tiles);
+    let x_vecs = comptime!(tokens * chunk_vecs);
+    let x_per_unit = comptime!(x_vecs.div_ceil(MMA_PLANES * 32));
+    let buffer = comptime!(tokens * pitch);
+    let mut x_staged = SharedMemory::<Vector<u32, N>>::new_aligned(comptime!(2 * buffer), 16usize);
+    // Per lane and chunk: for each feature tile, its rows `g` and `g + 8`, one vector per step.
+    let w_per_lane = comptime!(f_tiles * 2 * steps);
+    let mut w_now = Array::<Vector<u32, N>>::new(w_per_lane);
+    let mut w_next = Array::<Vector<u32, N>>::new(w_per_lane);
+    let mut x_next = Array::<Vector<u32, N>>::new(x_per_unit);
 
-    let mut accs = Sequence::<cmma::Matrix<f32>>::new();
+    let mut accs = Sequence::<Array<Vector<f32, NC>>>::new();
     #[unroll]
-    for _ in 0..m_tiles * n_tiles {
-        accs.push(cmma::Matrix::<f32>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            16usize,
-            16usize,
-            16usize,
-            cmma::MatrixLayout::Undefined,
-            0.0,
-        ));
+    for _ in 0..f_tiles * t_tiles {
+        let mut acc = Array::<Vector<f32, NC>>::new(2usize);
+        acc[0] = Vector::<f32, NC>::new(0.0);
+        acc[1] = Vector::<f32, NC>::new(0.0);
+        accs.push(acc);
     }
 
-    // Iteration `c` issues the loads of chunk `c`, runs the MMAs of chunk `c − 1` (in shared
-    // memory) while they fly, then stores chunk `c` for the next iteration.
-    for c in 0..comptime!(chunks + 1) {
-        if c < chunks {
-            let k0 = k_begin + c * chunk_vecs;
-            #[unroll]
-            for j in 0..w_per_lane {
-                let e = j * 32 + lane;
-                if e < w_vecs {
-                    w_next[j] = w[(w_row0 + e / chunk_vecs) * k_vecs + k0 + e % chunk_vecs];
-                }
-            }
-            #[unroll]
-            for j in 0..x_per_unit {
-                let e = j * comptime!(TILE_PLANES * 32) + unit;
-                let row = e / chunk_vecs;
-                let mut value = Vector::<F, N>::new(F::from_int(0));
-                if row < rows {
-                    value = x[row * k_vecs + k0 + e % chunk_vecs];
-                }
-                x_next[j] = value;
-            }
-        }
-        if c > 0 {
-            #[unroll]
-            for u in 0..unroll {
-                let mut bs = Sequence::<cmma::Matrix<F>>::new();
-                #[unroll]
-                for nt in 0..n_tiles {
-                    // SAFETY: loaded on the next line. (`from_slice` takes scalar slices only.)
-                    let b = unsafe {
-                        cmma::Matrix::<F>::uninitialized(
-                            cmma::MatrixIdent::B,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::ColMajor,
-                        )
-                    };
-                    let at = (plane * w_rows + nt * 16) * pitch + u * comptime!(16 / vec);
-                    cmma::load(&b, &w_staged.slice(at, w_len), comptime!(pitch * vec) as u32);
-                    bs.push(b);
-                }
-                #[unroll]
-                for mt in 0..m_tiles {
-                    // SAFETY: loaded on the next line.
-                    let a = unsafe {
-                        cmma::Matrix::<F>::uninitialized(
-                            cmma::MatrixIdent::A,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::RowMajor,
-                        )
-                    };
-                    let at = mt * 16 * pitch + u * comptime!(16 / vec);
-                    cmma::load(&a, &x_staged.slice(at, x_len), comptime!(pitch * vec) as u32);
-                    #[unroll]
-                    for nt in 0..n_tiles {
-                        let acc = accs.index(comptime!(mt * n_tiles + nt));
-                        cmma::execute::<F, F, f32, f32>(&a, bs.index(nt), acc, acc);
-                    }
-                }
-            }
-        }
-        if c < chunks {
-            // Every plane is done with the previous chunk before it is overwritten.
-            sync_cube();
-            #[unroll]
-            for j in 0..w_per_lane {
-                let e = j * 32 + lane;
-                if e < w_vecs {
-                    w_staged[(plane * w_rows + e / chunk_vecs) * pitch + e % chunk_vecs] = w_next[j];
-                }
-            }
-            #[unroll]
-            for j in 0..x_per_unit {
-                let e = j * comptime!(TILE_PLANES * 32) + unit;
-                if e < x_vecs {
-                    x_staged[(e / chunk_vecs) * pitch + e % chunk_vecs] = x_next[j];
-                }
-            }
-            sync_cube();
-        }
-    }
+    // Chunk 0 into registers (W) and the first buffer (x).
+    load_w_chunk::<N>(w, &mut w_now, w_row0 + g, k_vecs, k_begin + t, f_tiles, steps);
+    load_x_chunk::<N>(x, &mut x_next, rows, unit, k_vecs, k_begin, chunk_vecs, x_vecs);
+    store_x_chunk::<N>(&mut x_staged, &x_next, unit, 0usize, pitch, chunk_vecs, x_vecs);
+    sync_cube();
 
-    // Each plane passes its tiles through its own slot of shared memory to write the real rows.
-    if active {
-        let slot = plane * 256;
+    for c in 0..chunks {
+        let next = c + 1 < chunks;
+        if next {
+            let k0 = k_begin + (c + 1) * chunk_vecs;
+            load_w_chunk::<N>(w, &mut w_next, w_row0 + g, k_vecs, k0 + t, f_tiles, steps);
+            load_x_chunk::<N>(x, &mut x_next, rows, unit, k_vecs, k0, chunk_vecs, x_vecs);
+        }
+        let staged = (c % 2) * buffer;
         #[unroll]
-        for t in 0..m_tiles * n_tiles {
-            cmma::store(
-                &mut out_tile.slice_mut(slot, slot + 256),
-                accs.index(t),
-                16u32,
-                cmma::MatrixLayout::RowMajor,
-            );
-            sync_plane();
-            let mut i = lane;
-            while i < 256 {
-                let row = comptime!(t / n_tiles) * 16 + i / 16;
-                let col = n0 + comptime!(t % n_tiles) * 16 + i % 16;
-                if row < rows {
-                    let value = out_tile[slot + i];
-                    if comptime!(k_splits == 1) {
-                        y[row * n_out + col] = F::cast_from(value);
-                    } else {
-                        partial[(CUBE_POS_Y as usize * rows + row) * n_out + col] = value;
+        for s in 0..steps {
+            // The two MMAs of a step (elements 0–3, then 4–7 of every loaded vector) in separate
+            // passes over the tiles, so that consecutive MMAs update different accumulators.
+            #[unroll]
+            for h in 0..2usize {
+                #[unroll]
+                for j in 0..t_tiles {
+                    let xv = x_staged[staged + (j * 8 + g) * pitch + s * 4 + t];
+                    let mut b = Array::<Vector<F, NA>>::new(2usize);
+                    b[0] = Vector::<F, NA>::reinterpret(xv[comptime!(2 * h)]);
+                    b[1] = Vector::<F, NA>::reinterpret(xv[comptime!(2 * h + 1)]);
+                    #[unroll]
+                    for f in 0..f_tiles {
+                        let lo = w_now[comptime!((f * 2) * steps + s)];
+                        let hi = w_now[comptime!((f * 2 + 1) * steps + s)];
+                        let mut a = Array::<Vector<F, NA>>::new(4usize);
+                        a[0] = Vector::<F, NA>::reinterpret(lo[comptime!(2 * h)]);
+                        a[1] = Vector::<F, NA>::reinterpret(hi[comptime!(2 * h)]);
+                        a[2] = Vector::<F, NA>::reinterpret(lo[comptime!(2 * h + 1)]);
+                        a[3] = Vector::<F, NA>::reinterpret(hi[comptime!(2 * h + 1)]);
+                        def.execute_inplace(&a, &b, accs.index_mut(comptime!(f * t_tiles + j)));
                     }
                 }
-                i += 32;
             }
-            sync_plane();
+        }
+        if next {
+            // The other buffer was last read before the previous barrier.
+            let other = ((c + 1) % 2) * buffer;
+            store_x_chunk::<N>(&mut x_staged, &x_next, unit, other, pitch, chunk_vecs, x_vecs);
+            #[unroll]
+            for i in 0..w_per_lane {
+                w_now[i] = w_next[i];
+            }
+        }
+        sync_cube();
+    }
+
+    // Accumulator element `(h, e)` of tile `(f, j)` is feature `f0 + 16f + 8h + g`, row
+    // `8j + 2t + e`.
+    if active {
+        #[unroll]
+        for f in 0..f_tiles {
+            #[unroll]
+            for j in 0..t_tiles {
+                let acc = accs.index(comptime!(f * t_tiles + j));
+                #[unroll]
+                for h in 0..2usize {
+                    let v = acc[h];
+                    let col = f0 + comptime!(16 * f + 8 * h) + g;
+                    #[unroll]
+                    for e in 0..2usize {
+                        let row = comptime!(8 * j) + 2 * t + e;
+                        if row < rows {
+                            if comptime!(k_splits == 1) {
+                                y[row * n_out + col] = F::cast_from(v[e]);
+                            } else {
+                                partial[(CUBE_POS_Y as usize * rows + row) * n_out + col] = v[e];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A lane's W vectors of one chunk for [`linear_mma()`]: rows `row` and `row + 8` of each
+/// feature tile, one vector per step, from vector column `k0` (the lane's `t` included).
+#[cube]
+fn load_w_chunk<N: Size>(
+    w: &Array<Vector<u32, N>>,
+    regs: &mut Array<Vector<u32, N>>,
+    row: usize,
+    k_vecs: usize,
+    k0: usize,
+    #[comptime] f_tiles: usize,
+    #[comptime] steps: usize,
+) {
+    #[unroll]
+    for f in 0..f_tiles {
+        #[unroll]
+        for h in 0..2usize {
+            #[unroll]
+            for s in 0..steps {
+                let r = row + comptime!(16 * f + 8 * h);
+                regs[comptime!((f * 2 + h) * steps + s)] = w[r * k_vecs + k0 + s * 4];
+            }
+        }
+    }
+}
+
+/// A unit's share of the `x` chunk at vector column `k0` for [`linear_mma()`], zeros past `rows`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_x_chunk<N: Size>(
+    x: &Array<Vector<u32, N>>,
+    regs: &mut Array<Vector<u32, N>>,
+    rows: usize,
+    unit: usize,
+    k_vecs: usize,
+    k0: usize,
+    #[comptime] chunk_vecs: usize,
+    #[comptime] x_vecs: usize,
+) {
+    #[unroll]
+    for i in 0..comptime!(x_vecs.div_ceil(MMA_PLANES * 32)) {
+        let e = i * comptime!(MMA_PLANES * 32) + unit;
+        let row = e / chunk_vecs;
+        let mut value = Vector::<u32, N>::new(0u32);
+        if e < x_vecs && row < rows {
+            value = x[row * k_vecs + k0 + e % chunk_vecs];
+        }
+        regs[i] = value;
+    }
+}
+
+/// Stores a unit's share of an `x` chunk into the staging buffer at `at`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn store_x_chunk<N: Size>(
+    staged: &mut SharedMemory<Vector<u32, N>>,
+    regs: &Array<Vector<u32, N>>,
+    unit: usize,
+    at: usize,
+    #[comptime] pitch: usize,
+    #[comptime] chunk_vecs: usize,
+    #[comptime] x_vecs: usize,
+) {
+    #[unroll]
+    for i in 0..comptime!(x_vecs.div_ceil(MMA_PLANES * 32)) {
+        let e = i * comptime!(MMA_PLANES * 32) + unit;
+        if e < x_vecs {
+            staged[at + (e / chunk_vecs) * pitch + e % chunk_vecs] = regs[i];
         }
     }
 }
@@ -322,82 +365,85 @@ pub fn linear_split_sum<F: Float>(
     }
 }
 
-/// A launch shape for [`linear_tiles()`].
+/// A launch shape for [`linear_mma()`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TileShape {
-    /// 16-row tiles of `x` (rows padded up to `16 · m_tiles` in shared memory).
-    pub m_tiles: usize,
+pub struct MmaShape {
+    /// 8-row tiles of `x` (rows padded up to `8 · t_tiles` in shared memory).
+    pub t_tiles: usize,
     /// 16-feature tiles of W per plane.
-    pub n_tiles: usize,
+    pub f_tiles: usize,
     /// Slices of `k` across cubes (partial sums added by [`linear_split_sum()`] when more than
     /// one).
     pub k_splits: usize,
-    /// 16-wide k-steps per staged chunk of `x` and W.
-    pub unroll: usize,
+    /// 32-wide k-steps per staged chunk of `x` (and per chunk of W loaded ahead).
+    pub steps: usize,
 }
 
-impl TileShape {
+impl MmaShape {
     /// The most k-slices: each adds `rows · n_out` f32 partial sums to write and read back.
     pub const MAX_K_SPLITS: usize = 16;
 
     /// The shape for `rows × k` by `[n_out, k]` on a device with `cores` streaming
-    /// multiprocessors, or `None` when the sizes do not tile (`k` and `n_out` must be multiples
-    /// of 16) or the rows are too many.
+    /// multiprocessors, or `None` when the sizes do not tile (`k` must be a multiple of 32,
+    /// `n_out` of 16) or the rows are too many.
     ///
-    /// One W tile per plane and chunks of 64 k (32 or 16 where `k` needs it), then the fewest
-    /// k-slices (dividing the chunks) that give every core at least two cubes — the best or
-    /// within 5 % of the best of every shape in the H200 sweep of 16, 65 and 129 rows on
-    /// 4096 × 12288 and 12288 × 4096 (`ddtree-bench self-test --sweep-tiles`,
+    /// Chunks of 128 k (64 or 32 where `k` needs it); two feature tiles per plane for 17–72 rows
+    /// (every cube re-reads `x`: fewer cubes along `n_out` halve that traffic, which at one tile
+    /// per plane is half the LM head's weight bytes), one below (the two W chunks in flight
+    /// would take 128 registers per lane) and above (72 f32 accumulators per lane); then the
+    /// fewest k-slices (dividing the chunks) that give three cubes for every four cores: more
+    /// slices re-read `x` and write partial sums, fewer leave cores idle. From the H200 sweep of
+    /// 16, 65 and 129 rows on 4096 × 12288 and 12288 × 4096 (`ddtree-bench self-test
+    /// --sweep-tiles`; the table, and how far each choice is from the best, in
     /// docs/perf-notes.md).
     pub fn choose(rows: usize, n_out: usize, k: usize, cores: usize) -> Option<Self> {
-        if rows == 0 || rows > MAX_TILED_ROWS || !n_out.is_multiple_of(16) || !k.is_multiple_of(16) {
+        if rows == 0 || rows > MAX_TILED_ROWS || !k.is_multiple_of(32) {
             return None;
         }
-        let unroll = [4, 2, 1].into_iter().find(|&u| k.is_multiple_of(16 * u))?;
+        let t_tiles = rows.div_ceil(8);
+        let two = (3..=9).contains(&t_tiles) && n_out.is_multiple_of(32);
+        let f_tiles = if two { 2 } else { 1 };
+        if !n_out.is_multiple_of(16 * f_tiles) {
+            return None;
+        }
+        let steps = [4, 2, 1].into_iter().find(|&s| k.is_multiple_of(32 * s))?;
         let shape = |k_splits| Self {
-            m_tiles: rows.div_ceil(16),
-            n_tiles: 1,
+            t_tiles,
+            f_tiles,
             k_splits,
-            unroll,
+            steps,
         };
-        let columns = shape(1).columns(n_out);
-        let chunks = k / (16 * unroll);
-        let wanted = (2 * cores).div_ceil(columns);
-        let k_splits = (1..=Self::MAX_K_SPLITS.min(chunks))
-            .filter(|s| chunks.is_multiple_of(*s))
+        let chunks = k / (32 * steps);
+        let wanted = (3 * cores).div_ceil(4 * shape(1).columns(n_out));
+        let splits = || (1..=Self::MAX_K_SPLITS.min(chunks)).filter(|s| chunks.is_multiple_of(*s));
+        let k_splits = splits()
             .find(|&s| s >= wanted)
-            .unwrap_or_else(|| {
-                (1..=Self::MAX_K_SPLITS.min(chunks))
-                    .rev()
-                    .find(|s| chunks.is_multiple_of(*s))
-                    .unwrap_or(1)
-            });
+            .or_else(|| splits().next_back())
+            .unwrap_or(1);
         Some(shape(k_splits))
     }
 
     /// Whether this shape computes `rows × k` by `[n_out, k]`: enough row tiles, whole W tiles
     /// across `n_out`, whole chunks in every k-slice.
     pub fn fits(&self, rows: usize, n_out: usize, k: usize) -> bool {
-        let chunk = 16 * self.unroll;
         rows > 0
-            && self.n_tiles > 0
+            && self.f_tiles > 0
             && self.k_splits > 0
-            && self.unroll > 0
-            && rows <= 16 * self.m_tiles
-            && n_out.is_multiple_of(16 * self.n_tiles)
-            && k.is_multiple_of(chunk * self.k_splits)
+            && self.steps > 0
+            && rows <= 8 * self.t_tiles
+            && n_out.is_multiple_of(16 * self.f_tiles)
+            && k.is_multiple_of(32 * self.steps * self.k_splits)
     }
 
     /// Cubes along the output features.
     pub fn columns(&self, n_out: usize) -> usize {
-        n_out.div_ceil(TILE_PLANES * 16 * self.n_tiles)
+        n_out.div_ceil(MMA_PLANES * 16 * self.f_tiles)
     }
 
-    /// Shared memory of a cube for 2-byte elements: the staged chunks of `x` and W (rows
-    /// a chunk wide plus 16 bytes) and the planes' output slots.
+    /// Shared memory of a cube for 2-byte elements: two staged chunks of `x`.
     pub fn shared_bytes(&self) -> usize {
-        let row = 32 * self.unroll + 16;
-        (16 * self.m_tiles + TILE_PLANES * 16 * self.n_tiles) * row + TILE_PLANES * 256 * 4
+        let pitch = 64 * self.steps + if self.steps.is_multiple_of(2) { 64 } else { 0 };
+        2 * 8 * self.t_tiles * pitch
     }
 }
 
@@ -408,7 +454,7 @@ mod tests {
     /// Every shape the decode path meets tiles exactly: the k-slices divide the chunks, the W
     /// tiles divide `n_out`, and the grid has enough cubes for an H200's 132 cores.
     #[test]
-    fn tile_shapes_divide_the_work() {
+    fn mma_shapes_divide_the_work() {
         for rows in [9, 16, 17, 33, 65, 129, 144] {
             for (n_out, k) in [
                 (6144, 4096),
@@ -417,27 +463,23 @@ mod tests {
                 (4096, 12288),
                 (151936, 4096),
                 (4096, 20480),
-                (80, 48),
+                (80, 96),
             ] {
-                let s = TileShape::choose(rows, n_out, k, 132).expect("tiles");
-                assert_eq!(s.m_tiles, rows.div_ceil(16));
-                assert!(n_out.is_multiple_of(16 * s.n_tiles));
-                assert!(
-                    k.is_multiple_of(16 * s.unroll * s.k_splits),
-                    "{rows} {n_out} {k}: {s:?}"
-                );
+                let s = MmaShape::choose(rows, n_out, k, 132).expect("tiles");
+                assert_eq!(s.t_tiles, rows.div_ceil(8));
                 assert!(s.fits(rows, n_out, k), "{rows} {n_out} {k}: {s:?}");
-                assert!(s.m_tiles * s.n_tiles <= 9, "accumulators per plane: {s:?}");
-                assert!(s.shared_bytes() <= 48 * 1024, "{s:?}: {} bytes", s.shared_bytes());
+                assert!(s.f_tiles * s.t_tiles <= 18, "accumulators per plane: {s:?}");
+                // An H200 gives a cube up to 227 KB.
+                assert!(s.shared_bytes() <= 96 * 1024, "{s:?}: {} bytes", s.shared_bytes());
                 let cubes = s.columns(n_out) * s.k_splits;
                 assert!(
-                    cubes >= 2 * 132 || s.k_splits == TileShape::MAX_K_SPLITS || k == 48,
+                    4 * cubes >= 3 * 132 || s.k_splits == MmaShape::MAX_K_SPLITS || k == 96,
                     "{rows} {n_out} {k}: {s:?} gives {cubes} cubes"
                 );
             }
         }
-        assert_eq!(TileShape::choose(145, 4096, 4096, 132), None);
-        assert_eq!(TileShape::choose(16, 4100, 4096, 132), None);
-        assert_eq!(TileShape::choose(16, 4096, 40, 132), None);
+        assert_eq!(MmaShape::choose(145, 4096, 4096, 132), None);
+        assert_eq!(MmaShape::choose(16, 4100, 4096, 132), None);
+        assert_eq!(MmaShape::choose(16, 4096, 48, 132), None);
     }
 }

@@ -607,8 +607,9 @@ where
     }
 }
 
-/// `x · Wᵀ` on tensor cores ([`linear::linear_tiles()`]) for 9–144 rows of `x`, or the inputs back
-/// when the device has no 16×16×16 tiles for the float type (lavapipe) or the sizes do not tile.
+/// `x · Wᵀ` on tensor cores ([`linear::linear_mma()`]) for 9–144 rows of `x`, or the inputs back
+/// when the device has no `mma.sync` m16n8k16 for the float type (lavapipe; CUDA before sm_80)
+/// or the sizes do not tile.
 ///
 /// [`KernelOps::linear`] uses it for more than [`linear::MAX_ROWS`] rows unless
 /// [`set_tensor_cores`] turned it off; `ddtree-bench self-test --device cuda` checks it against the
@@ -632,20 +633,20 @@ where
 {
     let [rows, k] = x.dims();
     let cores = multiprocessors(&R::client(&x.device()));
-    match linear::TileShape::choose(rows, weight.dims()[0], k, cores) {
+    match linear::MmaShape::choose(rows, weight.dims()[0], k, cores) {
         Some(shape) => linear_tiled_with(x, weight, shape),
         None => Err((x, weight)),
     }
 }
 
 /// [`linear_tiled`] with an explicit launch shape (benchmarks compare shapes with it); `Err`
-/// gives the inputs back when the shape does not [fit](linear::TileShape::fits) the product or
-/// the device lacks 16×16×16 tensor-core tiles of the float type.
+/// gives the inputs back when the shape does not [fit](linear::MmaShape::fits) the product or
+/// the device lacks `mma.sync` m16n8k16 for the float type.
 #[allow(clippy::type_complexity)]
 pub fn linear_tiled_with<R, F, I, BT>(
     x: Tensor<CubeBackend<R, F, I, BT>, 2>,
     weight: Tensor<CubeBackend<R, F, I, BT>, 2>,
-    shape: linear::TileShape,
+    shape: linear::MmaShape,
 ) -> Result<
     Tensor<CubeBackend<R, F, I, BT>, 2>,
     (
@@ -662,7 +663,9 @@ where
     let [rows, k] = x.dims();
     let n_out = weight.dims()[0];
     let client = R::client(&x.device());
-    let usable = has_tensor_tiles::<R, F>(&client)
+    // The kernel reads pairs of 2-byte values as the 32-bit words of MMA fragments.
+    let usable = has_mma::<R, F>(&client)
+        && size_of::<F>() == 2
         && weight.dims()[1] == k
         && shape.fits(rows, n_out, k)
         && shape.shared_bytes() <= client.properties().hardware.max_shared_memory_size;
@@ -670,36 +673,35 @@ where
         return Err((x, weight));
     }
     let (x, w) = (cube(x), cube(weight));
-    // WMMA loads need 32-byte aligned tile starts.
-    let aligned = |t: &CubeTensor<R>| t.handle.offset_start.unwrap_or(0).is_multiple_of(32);
+    // 16-byte loads need 16-byte aligned rows.
+    let aligned = |t: &CubeTensor<R>| t.handle.offset_start.unwrap_or(0).is_multiple_of(16);
     if !aligned(&x) || !aligned(&w) {
         return Err((float(x), float(w)));
     }
     let y = contiguous::<R, F, _>(&x, [rows, n_out]);
     let splits = shape.k_splits;
     let partial = contiguous::<R, f32, _>(&x, [if splits > 1 { splits * rows * n_out } else { 1 }]);
-    let width = 16 / size_of::<F>();
     let cubes = CubeCount::Static(shape.columns(n_out) as u32, splits as u32, 1);
     // SAFETY: x holds `rows` dense rows of k, W `n_out` dense rows of k, y `rows · n_out` and
-    // partial `splits · rows · n_out` when there are several splits; `TileShape::fits` checked
-    // that the tiling divides k and n_out.
+    // partial `splits · rows · n_out` when there are several splits; `fits` checked that the
+    // tiling divides k and n_out.
     unsafe {
-        linear::linear_tiles::launch_unchecked::<F, R>(
+        linear::linear_mma::launch_unchecked::<F, R>(
             &client,
             cubes,
-            CubeDim::new_2d(32, linear::TILE_PLANES as u32),
-            width,
-            array(&x),
-            array(&w),
+            CubeDim::new_2d(32, linear::MMA_PLANES as u32),
+            4,
+            words(&x),
+            words(&w),
             array(&y),
             array(&partial),
             rows,
             n_out,
             k,
-            shape.m_tiles,
-            shape.n_tiles,
+            shape.t_tiles,
+            shape.f_tiles,
             splits,
-            shape.unroll,
+            shape.steps,
         );
         if splits > 1 {
             let len = rows * n_out;
@@ -729,18 +731,30 @@ fn multiprocessors<R: CubeRuntime>(client: &ComputeClient<R>) -> usize {
 }
 
 /// Whether the device multiplies 16×16×16 tiles of `F` into f32 accumulators with planes of 32
-/// (CUDA tensor cores; not lavapipe).
+/// (CUDA tensor cores through WMMA; not lavapipe).
 fn has_tensor_tiles<R: CubeRuntime, F: FloatElement>(client: &ComputeClient<R>) -> bool {
+    let tiles = f32_accumulated::<F>(16, 16, 16);
+    client.properties().hardware.plane_size_max == 32 && client.features().matmul.cmma.contains(&tiles)
+}
+
+/// Whether the device runs `mma.sync` m16n8k16 on `F` with f32 accumulators and planes of 32
+/// (CUDA from sm_80; not lavapipe).
+fn has_mma<R: CubeRuntime, F: FloatElement>(client: &ComputeClient<R>) -> bool {
+    let mma = f32_accumulated::<F>(16, 8, 16);
+    client.properties().hardware.plane_size_max == 32 && client.features().matmul.mma.contains(&mma)
+}
+
+/// An `m × n × k` matrix product of `F` inputs into f32 accumulators.
+fn f32_accumulated<F: FloatElement>(m: u32, n: u32, k: u32) -> cubecl::ir::features::MmaConfig {
     let elem = F::as_type_native_unchecked().storage_type();
-    let tiles = cubecl::ir::features::MmaConfig {
+    cubecl::ir::features::MmaConfig {
         a_type: elem,
         b_type: elem,
         cd_type: f32::as_type_native_unchecked().storage_type(),
-        m: 16,
-        n: 16,
-        k: 16,
-    };
-    client.properties().hardware.plane_size_max == 32 && client.features().matmul.cmma.contains(&tiles)
+        m,
+        n,
+        k,
+    }
 }
 
 /// A tensor with a dense last dimension as an array argument spanning its last element.
@@ -781,6 +795,12 @@ fn contiguous<R: CubeRuntime, E: CubeElement, const D: usize>(
 fn array<R: CubeRuntime>(t: &CubeTensor<R>) -> ArrayArg<R> {
     // SAFETY: callers pass contiguous tensors, whose buffer holds exactly `num_elements`.
     unsafe { ArrayArg::from_raw_parts(t.handle.clone(), t.meta.num_elements()) }
+}
+
+/// A contiguous tensor of 2-byte floats as an array of 32-bit words (pairs of values).
+fn words<R: CubeRuntime>(t: &CubeTensor<R>) -> ArrayArg<R> {
+    // SAFETY: callers pass contiguous tensors, whose buffer holds exactly `num_elements`.
+    unsafe { ArrayArg::from_raw_parts(t.handle.clone(), t.meta.num_elements() * t.dtype.size() / 4) }
 }
 
 /// The widest vector the device loads well that divides `len` (a row length) and keeps every
