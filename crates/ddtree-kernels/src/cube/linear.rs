@@ -388,9 +388,9 @@ impl MmaShape {
     /// `n_out` of 16) or the rows are too many.
     ///
     /// Chunks of 128 k (64 or 32 where `k` needs it); two feature tiles per plane for 17–72 rows
-    /// (every cube re-reads `x`: fewer cubes along `n_out` halve that traffic, which at one tile
-    /// per plane is half the LM head's weight bytes), one below (the two W chunks in flight
-    /// would take 128 registers per lane) and above (72 f32 accumulators per lane); then the
+    /// (every cube reads all of `x`: at 65 rows half the weight's bytes with one tile per plane,
+    /// a quarter with two), one below (the two W chunks in flight would take 128 registers per
+    /// lane) and above (the accumulators alone would take 80 or more); then the
     /// fewest k-slices (dividing the chunks) that give three cubes for every four cores: more
     /// slices re-read `x` and write partial sums, fewer leave cores idle. From the H200 sweep of
     /// 16, 65 and 129 rows on 4096 × 12288 and 12288 × 4096 (`ddtree-bench self-test
