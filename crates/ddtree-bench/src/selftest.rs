@@ -428,7 +428,7 @@ fn seconds_per_launch<B: KernelOps>(
 mod tensor_cores {
     use super::*;
     use ddtree_kernels::cube::linear::MmaShape;
-    use ddtree_kernels::cube::{Cuda, linear_tiled, linear_tiled_with};
+    use ddtree_kernels::cube::{Cuda, linear_tiled, linear_tiled_with, multiprocessors_of};
 
     /// The product, or a 1×1 zero tensor when the kernel declines the shape (so the comparison,
     /// whose lengths then differ, fails).
@@ -482,9 +482,9 @@ mod tensor_cores {
     /// `linear_tiled` picks is marked.
     pub fn sweep(checks: &mut Checks) -> Result<(), Error> {
         let device = Default::default();
-        let cores = 132;
         for (n, k) in [(12288, 4096), (4096, 12288)] {
             let weights = weight_copies::<Cuda>(&device, n, k);
+            let cores = multiprocessors_of(&weights[0]);
             for rows in [16, 65, 129] {
                 let x = Tensor::<Cuda, 2>::random([rows, k], Distribution::Normal(0.0, 1.0), &device);
                 let want = host_f32(x.clone().matmul(weights[0].clone().transpose()));

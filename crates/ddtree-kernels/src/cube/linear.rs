@@ -123,15 +123,14 @@ pub const MMA_PLANES: usize = 8;
 /// contiguous bytes of a staged row. The chunk of `x` for all rows is staged in shared memory,
 /// double-buffered: one barrier per chunk, zeros past `rows`.
 ///
-/// `x` and `w` are read as 32-bit words, each a pair of `F` values — exactly one fragment
-/// register, so building fragments costs no instructions.
+/// `x` and `w` are read as vectors of 4 32-bit words (`N` = 4), each word a pair of `F` values:
+/// exactly one fragment register, so fragments are bit-casts rather than element moves.
 ///
 /// A cube of [`MMA_PLANES`] planes covers `MMA_PLANES · 16 · f_tiles` output features and one of
 /// `k_splits` slices of `k` (`CUBE_POS_Y`); several slices write f32 partial sums
-/// `partial: [k_splits, rows, n_out]` for [`linear_split_sum()`]. `x` and `w` are read in vectors
-/// of 4 words (`N` = 4: 8 values). Launch with `CubeDim = (32, MMA_PLANES)` and `(⌈n_out / (MMA_PLANES · 16 ·
-/// f_tiles)⌉, k_splits)` cubes; `rows ≤ 8 · t_tiles`, `n_out` a multiple of `16 · f_tiles`, `k`
-/// of `32 · steps · k_splits`.
+/// `partial: [k_splits, rows, n_out]` for [`linear_split_sum()`]. Launch with
+/// `CubeDim = (32, MMA_PLANES)` and `(⌈n_out / (MMA_PLANES · 16 · f_tiles)⌉, k_splits)` cubes;
+/// `rows ≤ 8 · t_tiles`, `n_out` a multiple of `16 · f_tiles`, `k` of `32 · steps · k_splits`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn linear_mma<F: Float, N: Size>(
@@ -346,7 +345,7 @@ fn store_x_chunk<N: Size>(
     }
 }
 
-/// `y = Σ_s partial[s]` over the `splits` k-slices of [`linear_tiles()`], one unit per element.
+/// `y = Σ_s partial[s]` over the `splits` k-slices of [`linear_mma()`], one unit per element.
 #[cube(launch_unchecked)]
 pub fn linear_split_sum<F: Float>(
     partial: &Array<f32>,

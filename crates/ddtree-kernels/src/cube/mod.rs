@@ -720,6 +720,18 @@ where
     Ok(float(y))
 }
 
+/// The streaming multiprocessors of the device that holds `t` (64 where the runtime does not
+/// say), as the launch shapes count them; benchmarks mark the shape [`linear_tiled`] picks.
+pub fn multiprocessors_of<R, F, I, BT, const D: usize>(t: &Tensor<CubeBackend<R, F, I, BT>, D>) -> usize
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    multiprocessors(&R::client(&t.device()))
+}
+
 /// The device's streaming multiprocessors (64 where the runtime does not say): launch grids aim
 /// for about two cubes on each.
 fn multiprocessors<R: CubeRuntime>(client: &ComputeClient<R>) -> usize {
