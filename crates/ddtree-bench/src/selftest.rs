@@ -504,8 +504,7 @@ mod tensor_cores {
                 }
                 for shape in shapes {
                     let cubes = shape.columns(n) * shape.k_splits;
-                    // At most 18 accumulator tiles (72 f32 registers per lane), as `choose` allows.
-                    let fits_registers = shape.t_tiles * shape.f_tiles <= 18;
+                    let fits_registers = shape.t_tiles * shape.f_tiles <= MmaShape::MAX_ACCUMULATOR_TILES;
                     if !shape.fits(rows, n, k) || 2 * cubes < cores || !fits_registers {
                         continue;
                     }

@@ -166,13 +166,7 @@ pub fn linear_mma<F: Float, N: Size>(
     let slice_vecs = comptime!(k_vecs / k_splits);
     let chunks = comptime!(slice_vecs / chunk_vecs);
     let k_begin = CUBE_POS_Y as usize * slice_vecs;
-    // A staged row of `x` is a chunk plus 64 bytes when that makes its length an odd multiple of
-    // 64 bytes: the two rows a quarter-plane reads then fall on different banks.
-    let pitch = comptime!(if steps.is_multiple_of(2) {
-        chunk_vecs + 4
-    } else {
-        chunk_vecs
-    });
+    let pitch = comptime!(staged_row_vecs(steps));
     let tokens = comptime!(8 * t_tiles);
     let x_vecs = comptime!(tokens * chunk_vecs);
     let x_per_unit = comptime!(x_vecs.div_ceil(MMA_PLANES * 32));
@@ -271,6 +265,18 @@ pub fn linear_mma<F: Float, N: Size>(
                 }
             }
         }
+    }
+}
+
+/// The 16-byte vectors per staged row of `x` in [`linear_mma()`]: a chunk of `steps` 32-wide
+/// k-steps, plus 64 bytes when that makes the row an odd multiple of 64 bytes — the two rows a
+/// quarter-plane reads then fall on different shared-memory banks.
+pub(crate) fn staged_row_vecs(steps: usize) -> usize {
+    let chunk_vecs = 4 * steps;
+    if steps.is_multiple_of(2) {
+        chunk_vecs + 4
+    } else {
+        chunk_vecs
     }
 }
 
@@ -382,6 +388,10 @@ impl MmaShape {
     /// The most k-slices: each adds `rows · n_out` f32 partial sums to write and read back.
     pub const MAX_K_SPLITS: usize = 16;
 
+    /// The most 16×8 accumulator tiles per plane (`f_tiles · t_tiles`; four f32 registers per
+    /// lane each): 144 rows at one feature tile, 72 at two.
+    pub const MAX_ACCUMULATOR_TILES: usize = 18;
+
     /// The shape for `rows × k` by `[n_out, k]` on a device with `cores` streaming
     /// multiprocessors, or `None` when the sizes do not tile (`k` must be a multiple of 32,
     /// `n_out` of 16) or the rows are too many.
@@ -400,7 +410,7 @@ impl MmaShape {
             return None;
         }
         let t_tiles = rows.div_ceil(8);
-        let two = (3..=9).contains(&t_tiles) && n_out.is_multiple_of(32);
+        let two = t_tiles >= 3 && 2 * t_tiles <= Self::MAX_ACCUMULATOR_TILES && n_out.is_multiple_of(32);
         let f_tiles = if two { 2 } else { 1 };
         if !n_out.is_multiple_of(16 * f_tiles) {
             return None;
@@ -439,10 +449,9 @@ impl MmaShape {
         n_out.div_ceil(MMA_PLANES * 16 * self.f_tiles)
     }
 
-    /// Shared memory of a cube for 2-byte elements: two staged chunks of `x`.
+    /// Shared memory of a cube: two staged chunks of `x`, 16 bytes per vector.
     pub fn shared_bytes(&self) -> usize {
-        let pitch = 64 * self.steps + if self.steps.is_multiple_of(2) { 64 } else { 0 };
-        2 * 8 * self.t_tiles * pitch
+        2 * 8 * self.t_tiles * staged_row_vecs(self.steps) * 16
     }
 }
 
@@ -467,7 +476,10 @@ mod tests {
                 let s = MmaShape::choose(rows, n_out, k, 132).expect("tiles");
                 assert_eq!(s.t_tiles, rows.div_ceil(8));
                 assert!(s.fits(rows, n_out, k), "{rows} {n_out} {k}: {s:?}");
-                assert!(s.f_tiles * s.t_tiles <= 18, "accumulators per plane: {s:?}");
+                assert!(
+                    s.f_tiles * s.t_tiles <= MmaShape::MAX_ACCUMULATOR_TILES,
+                    "accumulators per plane: {s:?}"
+                );
                 // An H200 gives a cube up to 227 KB.
                 assert!(s.shared_bytes() <= 96 * 1024, "{s:?}: {} bytes", s.shared_bytes());
                 let cubes = s.columns(n_out) * s.k_splits;
@@ -480,5 +492,15 @@ mod tests {
         assert_eq!(MmaShape::choose(145, 4096, 4096, 132), None);
         assert_eq!(MmaShape::choose(16, 4100, 4096, 132), None);
         assert_eq!(MmaShape::choose(16, 4096, 48, 132), None);
+    }
+
+    /// Staged rows of `x` are odd multiples of 64 bytes at every chunk length.
+    #[test]
+    fn staged_rows_alternate_banks() {
+        for steps in [1, 2, 4, 8] {
+            let bytes = 16 * staged_row_vecs(steps);
+            assert!(bytes >= 64 * steps, "{steps} steps: {bytes} bytes");
+            assert_eq!(bytes % 128, 64, "{steps} steps: {bytes} bytes");
+        }
     }
 }
