@@ -21,7 +21,7 @@ run() {
   shift
   echo "== $name: $*"
   local start=$SECONDS
-  if ! timeout 240 "$@" >"$out/$name.log" 2>&1; then
+  if ! timeout "${limit:-240}" "$@" >"$out/$name.log" 2>&1; then
     echo "!! $name failed (exit $?)"
     status=1
   fi
@@ -40,7 +40,7 @@ for part in "$@"; do
     ;;
   stages) run stages "$bin" stages --device cuda ;;
   # Every launch shape of the tensor-core linear at the verify/drafter row counts, checked and timed.
-  sweep) run sweep "$bin" self-test --device cuda --no-bandwidth --sweep-tiles ;;
+  sweep) limit=480 run sweep "$bin" self-test --device cuda --no-bandwidth --sweep-tiles ;;
   ncu)
     # Nsight Compute (needs a runtime that exposes the counters; `--clock-control none` leaves
     # the clocks alone): the GPU time and DRAM bytes of every kernel of a short stages run (one

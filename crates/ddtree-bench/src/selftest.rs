@@ -428,7 +428,7 @@ fn seconds_per_launch<B: KernelOps>(
 mod tensor_cores {
     use super::*;
     use ddtree_kernels::cube::linear::MmaShape;
-    use ddtree_kernels::cube::{Cuda, linear_tiled, linear_tiled_with, multiprocessors_of};
+    use ddtree_kernels::cube::{Cuda, linear_tiled, linear_tiled_with, mma_shape, multiprocessors_of};
 
     /// The product, or a 1×1 zero tensor when the kernel declines the shape (so the comparison,
     /// whose lengths then differ, fails).
@@ -454,14 +454,23 @@ mod tensor_cores {
         ] {
             checks.linear::<Cuda>(&device, "linear_tiled", shape, tiled);
         }
-        // Shapes `choose` does not pick: one feature tile at few rows, one- and two-step chunks.
-        for (rows, k, n, f_tiles, steps, k_splits) in [(65usize, 4096, 1024, 1, 1, 4), (17, 256, 96, 2, 2, 2)]
-        {
+        // Shapes `choose` does not pick: one feature tile at 65 rows, chunks of 32 and 64 k, 2–4
+        // stages, cubes partly past `n_out`, ragged rows, as many chunks per slice as stages.
+        for (rows, k, n, f_tiles, steps, k_splits, stages) in [
+            (65usize, 4096, 1024, 1, 1, 4, 2),
+            (17, 256, 96, 2, 2, 2, 2),
+            (65, 4096, 1024, 1, 2, 4, 4),
+            (17, 256, 96, 2, 1, 2, 2),
+            (129, 512, 256, 1, 2, 1, 4),
+            (16, 4096, 6144, 1, 4, 8, 4),
+            (33, 1536, 4768, 2, 2, 2, 3),
+        ] {
             let shape = MmaShape {
                 t_tiles: rows.div_ceil(8),
                 f_tiles,
                 k_splits,
                 steps,
+                stages,
             };
             checks.linear::<Cuda>(
                 &device,
@@ -476,10 +485,10 @@ mod tensor_cores {
         Ok(())
     }
 
-    /// Every launch shape that fits the verify/drafter row counts at two Qwen3-8B weight shapes
-    /// (1–2 feature tiles per plane, chunks of 32–128 k, 1–16 k-slices with at least half a cube
-    /// per core), each checked against burn's matmul and timed like `bandwidth`; the shape
-    /// `linear_tiled` picks is marked.
+    /// The shape `linear_tiled` picks (marked) and the launch shapes around it (1–2 feature tiles
+    /// per plane, chunks of 64 or 128 k, 2–4 stages, 1–8 k-slices with at least half a cube per
+    /// core, within the device's shared memory) at the verify/drafter row counts and two Qwen3-8B
+    /// weight shapes, each checked against burn's matmul and timed like `bandwidth`.
     pub fn sweep(checks: &mut Checks) -> Result<(), Error> {
         let device = Default::default();
         for (n, k) in [(12288, 4096), (4096, 12288)] {
@@ -488,29 +497,39 @@ mod tensor_cores {
             for rows in [16, 65, 129] {
                 let x = Tensor::<Cuda, 2>::random([rows, k], Distribution::Normal(0.0, 1.0), &device);
                 let want = host_f32(x.clone().matmul(weights[0].clone().transpose()));
-                let chosen = MmaShape::choose(rows, n, k, cores);
+                let chosen = mma_shape(&x, &weights[0]);
                 let mut shapes = Vec::new();
                 for f_tiles in [1, 2] {
-                    for steps in [1, 2, 4] {
-                        for k_splits in [1, 2, 4, 8, 16] {
-                            shapes.push(MmaShape {
-                                t_tiles: rows.div_ceil(8),
-                                f_tiles,
-                                k_splits,
-                                steps,
-                            });
+                    for steps in [2, 4] {
+                        for stages in [2, 3, 4] {
+                            for k_splits in [1, 2, 4, 8] {
+                                shapes.push(MmaShape {
+                                    t_tiles: rows.div_ceil(8),
+                                    f_tiles,
+                                    k_splits,
+                                    steps,
+                                    stages,
+                                });
+                            }
                         }
                     }
                 }
-                for shape in shapes {
+                for shape in chosen
+                    .into_iter()
+                    .chain(shapes.into_iter().filter(|s| Some(*s) != chosen))
+                {
                     let cubes = shape.columns(n) * shape.k_splits;
                     let fits_registers = shape.t_tiles * shape.f_tiles <= MmaShape::MAX_ACCUMULATOR_TILES;
                     if !shape.fits(rows, n, k) || 2 * cubes < cores || !fits_registers {
                         continue;
                     }
-                    let run = with(shape);
+                    // Shapes past the device's shared memory are declined.
+                    let Ok(got) = linear_tiled_with(x.clone(), weights[0].clone(), shape) else {
+                        continue;
+                    };
                     let name = format!("linear_tiled {rows}x{k} · {n}x{k}ᵀ {shape:?}");
-                    checks.compare(&name, &host_f32(run(x.clone(), weights[0].clone())), &want);
+                    checks.compare(&name, &host_f32(got), &want);
+                    let run = with(shape);
                     let per_launch_s = seconds_per_launch(&device, &x, &weights, run)?;
                     let gbs = (n * k * 2) as f64 / per_launch_s / 1e9;
                     println!(

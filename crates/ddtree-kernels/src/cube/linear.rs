@@ -2,6 +2,7 @@
 //! `[out, in]` layout: a GEMV that streams each weight row once, reused across the `x` rows.
 //! Reference: [`crate::reference::linear`].
 
+use cubecl::prelude::barrier::{Barrier, copy_async};
 use cubecl::prelude::*;
 
 /// The most `x` rows one launch handles; more rows go to the tiled matmul.
@@ -115,22 +116,29 @@ pub const MMA_PLANES: usize = 8;
 /// fragments: the weight is the 16-row A operand and the rows of `x` the 8-column B operand
 /// (`yᵀ = W · xᵀ`), so 65 rows pad to 72, not 80.
 ///
-/// W goes from global memory straight into registers — each lane loads 16 contiguous bytes of a
-/// W row per 32-wide k-step, one chunk ahead of the MMAs — and is read exactly once. Because a
-/// dot product does not care in which order it visits `k`, a lane's 8 loaded elements serve as
-/// its A fragments of two MMAs (elements 0–3 for the k-slots `2t, 2t+1, 2t+8, 2t+9` of the first,
-/// 4–7 of the second, `t = lane % 4`); the B fragments of `x` use the same slots, read as 16
-/// contiguous bytes of a staged row. The chunk of `x` for all rows is staged in shared memory,
-/// double-buffered: one barrier per chunk, zeros past `rows`.
+/// W and `x` are staged in shared memory by asynchronous copies (`cp.async`), `stages` chunks of
+/// `32 · steps` k deep: the bytes in flight take no registers, so a multiprocessor keeps
+/// `stages − 1` chunks loading while it multiplies one. A slot holds one chunk: the cube's
+/// `MMA_PLANES · 16 · f_tiles` rows of W, then `8 · t_tiles` rows of `x` (rows past `rows` zeroed
+/// once), each row an odd multiple of 64 bytes (the two rows a quarter-plane reads then fall on
+/// different banks). Slot `s` has its own barrier: every unit copies
+/// its share of a chunk and commits the copies to the slot's barrier; `arrive_and_wait` on it both
+/// waits for the chunk's bytes and tells that every unit has finished the previous chunk, whose
+/// slot is then refilled.
 ///
-/// `x` and `w` are read as vectors of 4 32-bit words (`N` = 4), each word a pair of `F` values:
-/// exactly one fragment register, so fragments are bit-casts rather than element moves.
+/// Because a dot product does not care in which order it visits `k`, a lane's 16 bytes of a W
+/// row (8 values) serve as its A fragments of two MMAs (elements 0–3 for the k-slots
+/// `2t, 2t+1, 2t+8, 2t+9` of the first, 4–7 of the second, `t = lane % 4`); the B fragments of `x`
+/// use the same slots, read as 16 contiguous bytes of a staged row. `x` and `w` are read as
+/// vectors of 4 32-bit words (`N` = 4), each word a pair of `F` values: exactly one fragment
+/// register, so fragments are bit-casts rather than element moves.
 ///
 /// A cube of [`MMA_PLANES`] planes covers `MMA_PLANES · 16 · f_tiles` output features and one of
 /// `k_splits` slices of `k` (`CUBE_POS_Y`); several slices write f32 partial sums
 /// `partial: [k_splits, rows, n_out]` for [`linear_split_sum()`]. Launch with
 /// `CubeDim = (32, MMA_PLANES)` and `(⌈n_out / (MMA_PLANES · 16 · f_tiles)⌉, k_splits)` cubes;
-/// `rows ≤ 8 · t_tiles`, `n_out` a multiple of `16 · f_tiles`, `k` of `32 · steps · k_splits`.
+/// `rows ≤ 8 · t_tiles`, `n_out` a multiple of `16 · f_tiles`, `k / (32 · steps · k_splits)`
+/// chunks per slice, a multiple of `stages` (at least 2).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn linear_mma<F: Float, N: Size>(
@@ -145,6 +153,7 @@ pub fn linear_mma<F: Float, N: Size>(
     #[comptime] f_tiles: usize,
     #[comptime] k_splits: usize,
     #[comptime] steps: usize,
+    #[comptime] stages: usize,
 ) {
     let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
     let size!(NA) = def.vector_size(cmma::MatrixIdent::A);
@@ -154,13 +163,10 @@ pub fn linear_mma<F: Float, N: Size>(
     let unit = UNIT_POS as usize;
     let g = lane / 4;
     let t = lane % 4;
-    let f0 = (CUBE_POS_X as usize * MMA_PLANES + plane) * comptime!(16 * f_tiles);
-    let active = f0 < n_out;
-    // Inactive planes (past `n_out`) stream the first rows of W instead.
-    let mut w_row0 = 0usize;
-    if active {
-        w_row0 = f0;
-    }
+    let w_rows = comptime!(MMA_PLANES * 16 * f_tiles);
+    let cube_f0 = CUBE_POS_X as usize * w_rows;
+    let plane_row = plane * comptime!(16 * f_tiles);
+    let f0 = cube_f0 + plane_row;
     let chunk_vecs = comptime!(4 * steps);
     let k_vecs = comptime!(k / 8);
     let slice_vecs = comptime!(k_vecs / k_splits);
@@ -168,15 +174,28 @@ pub fn linear_mma<F: Float, N: Size>(
     let k_begin = CUBE_POS_Y as usize * slice_vecs;
     let pitch = comptime!(staged_row_vecs(steps));
     let tokens = comptime!(8 * t_tiles);
+    let slot = comptime!((w_rows + tokens) * pitch);
     let x_vecs = comptime!(tokens * chunk_vecs);
-    let x_per_unit = comptime!(x_vecs.div_ceil(MMA_PLANES * 32));
-    let buffer = comptime!(tokens * pitch);
-    let mut x_staged = SharedMemory::<Vector<u32, N>>::new_aligned(comptime!(2 * buffer), 16usize);
-    // Per lane and chunk: for each feature tile, its rows `g` and `g + 8`, one vector per step.
-    let w_per_lane = comptime!(f_tiles * 2 * steps);
-    let mut w_now = Array::<Vector<u32, N>>::new(w_per_lane);
-    let mut w_next = Array::<Vector<u32, N>>::new(w_per_lane);
-    let mut x_next = Array::<Vector<u32, N>>::new(x_per_unit);
+    let mut staged = SharedMemory::<Vector<u32, N>>::new_aligned(comptime!(stages * slot), 16usize);
+
+    #[unroll]
+    for s in 0..stages {
+        #[unroll]
+        for i in 0..comptime!(x_vecs.div_ceil(MMA_PLANES * 32)) {
+            let e = i * comptime!(MMA_PLANES * 32) + unit;
+            let row = e / chunk_vecs;
+            if e < x_vecs && row >= rows {
+                staged[comptime!(s * slot) + (w_rows + row) * pitch + e % chunk_vecs] =
+                    Vector::<u32, N>::new(0u32);
+            }
+        }
+    }
+    // One barrier per slot (each initialisation ends with a cube-wide sync).
+    let mut barriers = Sequence::<Shared<Barrier>>::new();
+    #[unroll]
+    for _ in 0..stages {
+        barriers.push(Barrier::shared(CUBE_DIM, UNIT_POS == 0));
+    }
 
     let mut accs = Sequence::<Array<Vector<f32, NC>>>::new();
     #[unroll]
@@ -187,79 +206,184 @@ pub fn linear_mma<F: Float, N: Size>(
         accs.push(acc);
     }
 
-    // Chunk 0 into registers (W) and the first buffer (x).
-    load_w_chunk::<N>(w, &mut w_now, w_row0 + g, k_vecs, k_begin + t, f_tiles, steps);
-    load_x_chunk::<N>(x, &mut x_next, rows, unit, k_vecs, k_begin, chunk_vecs, x_vecs);
-    store_x_chunk::<N>(&mut x_staged, &x_next, unit, 0usize, pitch, chunk_vecs, x_vecs);
-    sync_cube();
-
-    for c in 0..chunks {
-        let next = c + 1 < chunks;
-        if next {
-            let k0 = k_begin + (c + 1) * chunk_vecs;
-            load_w_chunk::<N>(w, &mut w_next, w_row0 + g, k_vecs, k0 + t, f_tiles, steps);
-            load_x_chunk::<N>(x, &mut x_next, rows, unit, k_vecs, k0, chunk_vecs, x_vecs);
+    // The first `stages − 1` chunks in flight.
+    #[unroll]
+    for s in 0..comptime!(stages - 1) {
+        if comptime!(s < chunks) {
+            copy_chunk::<N>(
+                x,
+                w,
+                &mut staged,
+                comptime!(s * slot),
+                rows,
+                n_out,
+                cube_f0,
+                unit,
+                k_vecs,
+                k_begin + comptime!(s * chunk_vecs),
+                steps,
+                w_rows,
+                tokens,
+            );
+            barriers.index(s).commit_copy_async();
         }
-        let staged = (c % 2) * buffer;
+    }
+
+    for c0 in 0..comptime!(chunks / stages) {
         #[unroll]
-        for s in 0..steps {
-            // The two MMAs of a step (elements 0–3, then 4–7 of every loaded vector) in separate
-            // passes over the tiles, so that consecutive MMAs update different accumulators.
+        for s in 0..stages {
+            barriers.index(s).arrive_and_wait();
+            // Every unit is past the previous chunk: its slot takes the chunk `stages − 1` ahead.
+            let ahead = c0 * stages + comptime!(s + stages - 1);
+            let refill = comptime!((s + stages - 1) % stages);
+            if ahead < chunks {
+                copy_chunk::<N>(
+                    x,
+                    w,
+                    &mut staged,
+                    comptime!(refill * slot),
+                    rows,
+                    n_out,
+                    cube_f0,
+                    unit,
+                    k_vecs,
+                    k_begin + ahead * chunk_vecs,
+                    steps,
+                    w_rows,
+                    tokens,
+                );
+                barriers.index(refill).commit_copy_async();
+            }
+            let at = comptime!(s * slot);
             #[unroll]
-            for h in 0..2usize {
+            for st in 0..steps {
+                let mut wv = Array::<Vector<u32, N>>::new(comptime!(2 * f_tiles));
+                #[unroll]
+                for f in 0..f_tiles {
+                    #[unroll]
+                    for h in 0..2usize {
+                        let row = plane_row + comptime!(16 * f + 8 * h) + g;
+                        wv[comptime!(2 * f + h)] = staged[at + row * pitch + comptime!(4 * st) + t];
+                    }
+                }
+                let mut xv = Array::<Vector<u32, N>>::new(t_tiles);
                 #[unroll]
                 for j in 0..t_tiles {
-                    let xv = x_staged[staged + (j * 8 + g) * pitch + s * 4 + t];
-                    let mut b = Array::<Vector<F, NA>>::new(2usize);
-                    b[0] = Vector::<F, NA>::reinterpret(xv[comptime!(2 * h)]);
-                    b[1] = Vector::<F, NA>::reinterpret(xv[comptime!(2 * h + 1)]);
+                    xv[j] = staged[at + (w_rows + comptime!(8 * j) + g) * pitch + comptime!(4 * st) + t];
+                }
+                // The two MMAs of a step (elements 0–3, then 4–7 of every vector) in separate
+                // passes over the tiles, so that consecutive MMAs update different accumulators.
+                #[unroll]
+                for h in 0..2usize {
                     #[unroll]
-                    for f in 0..f_tiles {
-                        let lo = w_now[comptime!((f * 2) * steps + s)];
-                        let hi = w_now[comptime!((f * 2 + 1) * steps + s)];
-                        let mut a = Array::<Vector<F, NA>>::new(4usize);
-                        a[0] = Vector::<F, NA>::reinterpret(lo[comptime!(2 * h)]);
-                        a[1] = Vector::<F, NA>::reinterpret(hi[comptime!(2 * h)]);
-                        a[2] = Vector::<F, NA>::reinterpret(lo[comptime!(2 * h + 1)]);
-                        a[3] = Vector::<F, NA>::reinterpret(hi[comptime!(2 * h + 1)]);
-                        def.execute_inplace(&a, &b, accs.index_mut(comptime!(f * t_tiles + j)));
+                    for j in 0..t_tiles {
+                        let mut b = Array::<Vector<F, NA>>::new(2usize);
+                        b[0] = Vector::<F, NA>::reinterpret(xv[j][comptime!(2 * h)]);
+                        b[1] = Vector::<F, NA>::reinterpret(xv[j][comptime!(2 * h + 1)]);
+                        #[unroll]
+                        for f in 0..f_tiles {
+                            let lo = wv[comptime!(2 * f)];
+                            let hi = wv[comptime!(2 * f + 1)];
+                            let mut a = Array::<Vector<F, NA>>::new(4usize);
+                            a[0] = Vector::<F, NA>::reinterpret(lo[comptime!(2 * h)]);
+                            a[1] = Vector::<F, NA>::reinterpret(hi[comptime!(2 * h)]);
+                            a[2] = Vector::<F, NA>::reinterpret(lo[comptime!(2 * h + 1)]);
+                            a[3] = Vector::<F, NA>::reinterpret(hi[comptime!(2 * h + 1)]);
+                            def.execute_inplace(&a, &b, accs.index_mut(comptime!(f * t_tiles + j)));
+                        }
                     }
                 }
             }
         }
-        if next {
-            // The other buffer was last read before the previous barrier.
-            let other = ((c + 1) % 2) * buffer;
-            store_x_chunk::<N>(&mut x_staged, &x_next, unit, other, pitch, chunk_vecs, x_vecs);
-            #[unroll]
-            for i in 0..w_per_lane {
-                w_now[i] = w_next[i];
-            }
-        }
-        sync_cube();
     }
 
-    // Accumulator element `(h, e)` of tile `(f, j)` is feature `f0 + 16f + 8h + g`, row
-    // `8j + 2t + e`.
-    if active {
+    if f0 < n_out {
+        store_accumulators::<F, NC>(
+            &accs, y, partial, rows, n_out, f0, g, t, t_tiles, f_tiles, k_splits,
+        );
+    }
+}
+
+/// A unit's share of one chunk for [`linear_mma()`], copied asynchronously into the slot at
+/// `at`: the cube's W rows that exist, then the `x` rows that exist (16 bytes per copy).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn copy_chunk<N: Size>(
+    x: &Array<Vector<u32, N>>,
+    w: &Array<Vector<u32, N>>,
+    staged: &mut SharedMemory<Vector<u32, N>>,
+    at: usize,
+    rows: usize,
+    n_out: usize,
+    cube_f0: usize,
+    unit: usize,
+    k_vecs: usize,
+    k0: usize,
+    #[comptime] steps: usize,
+    #[comptime] w_rows: usize,
+    #[comptime] tokens: usize,
+) {
+    let chunk_vecs = comptime!(4 * steps);
+    let pitch = comptime!(staged_row_vecs(steps));
+    #[unroll]
+    for i in 0..comptime!((w_rows * chunk_vecs).div_ceil(MMA_PLANES * 32)) {
+        let e = i * comptime!(MMA_PLANES * 32) + unit;
+        let r = e / chunk_vecs;
+        let v = e % chunk_vecs;
+        if cube_f0 + r < n_out {
+            let from = (cube_f0 + r) * k_vecs + k0 + v;
+            let to = at + r * pitch + v;
+            copy_async(&w.slice(from, from + 1), &mut staged.slice_mut(to, to + 1), 4u32);
+        }
+    }
+    let x_vecs = comptime!(tokens * chunk_vecs);
+    #[unroll]
+    for i in 0..comptime!(x_vecs.div_ceil(MMA_PLANES * 32)) {
+        let e = i * comptime!(MMA_PLANES * 32) + unit;
+        let r = e / chunk_vecs;
+        let v = e % chunk_vecs;
+        if e < x_vecs && r < rows {
+            let from = r * k_vecs + k0 + v;
+            let to = at + (w_rows + r) * pitch + v;
+            copy_async(&x.slice(from, from + 1), &mut staged.slice_mut(to, to + 1), 4u32);
+        }
+    }
+}
+
+/// Writes a plane's accumulators: element `(h, e)` of tile `(f, j)` is feature
+/// `f0 + 16f + 8h + g`, row `8j + 2t + e` — into `y`, or into the k-slice's partial sums.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn store_accumulators<F: Float, NC: Size>(
+    accs: &Sequence<Array<Vector<f32, NC>>>,
+    y: &mut Array<F>,
+    partial: &mut Array<f32>,
+    rows: usize,
+    n_out: usize,
+    f0: usize,
+    g: usize,
+    t: usize,
+    #[comptime] t_tiles: usize,
+    #[comptime] f_tiles: usize,
+    #[comptime] k_splits: usize,
+) {
+    #[unroll]
+    for f in 0..f_tiles {
         #[unroll]
-        for f in 0..f_tiles {
+        for j in 0..t_tiles {
+            let acc = accs.index(comptime!(f * t_tiles + j));
             #[unroll]
-            for j in 0..t_tiles {
-                let acc = accs.index(comptime!(f * t_tiles + j));
+            for h in 0..2usize {
+                let v = acc[h];
+                let col = f0 + comptime!(16 * f + 8 * h) + g;
                 #[unroll]
-                for h in 0..2usize {
-                    let v = acc[h];
-                    let col = f0 + comptime!(16 * f + 8 * h) + g;
-                    #[unroll]
-                    for e in 0..2usize {
-                        let row = comptime!(8 * j) + 2 * t + e;
-                        if row < rows {
-                            if comptime!(k_splits == 1) {
-                                y[row * n_out + col] = F::cast_from(v[e]);
-                            } else {
-                                partial[(CUBE_POS_Y as usize * rows + row) * n_out + col] = v[e];
-                            }
+                for e in 0..2usize {
+                    let row = comptime!(8 * j) + 2 * t + e;
+                    if row < rows {
+                        if comptime!(k_splits == 1) {
+                            y[row * n_out + col] = F::cast_from(v[e]);
+                        } else {
+                            partial[(CUBE_POS_Y as usize * rows + row) * n_out + col] = v[e];
                         }
                     }
                 }
@@ -268,7 +392,7 @@ pub fn linear_mma<F: Float, N: Size>(
     }
 }
 
-/// The 16-byte vectors per staged row of `x` in [`linear_mma()`]: a chunk of `steps` 32-wide
+/// The 16-byte vectors per staged row of W or `x` in [`linear_mma()`]: a chunk of `steps` 32-wide
 /// k-steps, plus 64 bytes when that makes the row an odd multiple of 64 bytes — the two rows a
 /// quarter-plane reads then fall on different shared-memory banks.
 pub(crate) fn staged_row_vecs(steps: usize) -> usize {
@@ -277,77 +401,6 @@ pub(crate) fn staged_row_vecs(steps: usize) -> usize {
         chunk_vecs + 4
     } else {
         chunk_vecs
-    }
-}
-
-/// A lane's W vectors of one chunk for [`linear_mma()`]: rows `row` and `row + 8` of each
-/// feature tile, one vector per step, from vector column `k0` (the lane's `t` included).
-#[cube]
-fn load_w_chunk<N: Size>(
-    w: &Array<Vector<u32, N>>,
-    regs: &mut Array<Vector<u32, N>>,
-    row: usize,
-    k_vecs: usize,
-    k0: usize,
-    #[comptime] f_tiles: usize,
-    #[comptime] steps: usize,
-) {
-    #[unroll]
-    for f in 0..f_tiles {
-        #[unroll]
-        for h in 0..2usize {
-            #[unroll]
-            for s in 0..steps {
-                let r = row + comptime!(16 * f + 8 * h);
-                regs[comptime!((f * 2 + h) * steps + s)] = w[r * k_vecs + k0 + s * 4];
-            }
-        }
-    }
-}
-
-/// A unit's share of the `x` chunk at vector column `k0` for [`linear_mma()`], zeros past `rows`.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn load_x_chunk<N: Size>(
-    x: &Array<Vector<u32, N>>,
-    regs: &mut Array<Vector<u32, N>>,
-    rows: usize,
-    unit: usize,
-    k_vecs: usize,
-    k0: usize,
-    #[comptime] chunk_vecs: usize,
-    #[comptime] x_vecs: usize,
-) {
-    #[unroll]
-    for i in 0..comptime!(x_vecs.div_ceil(MMA_PLANES * 32)) {
-        let e = i * comptime!(MMA_PLANES * 32) + unit;
-        let row = e / chunk_vecs;
-        let mut value = Vector::<u32, N>::new(0u32);
-        if e < x_vecs && row < rows {
-            value = x[row * k_vecs + k0 + e % chunk_vecs];
-        }
-        regs[i] = value;
-    }
-}
-
-/// Stores a unit's share of an `x` chunk into the staging buffer at `at`.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn store_x_chunk<N: Size>(
-    staged: &mut SharedMemory<Vector<u32, N>>,
-    regs: &Array<Vector<u32, N>>,
-    unit: usize,
-    at: usize,
-    #[comptime] pitch: usize,
-    #[comptime] chunk_vecs: usize,
-    #[comptime] x_vecs: usize,
-) {
-    #[unroll]
-    for i in 0..comptime!(x_vecs.div_ceil(MMA_PLANES * 32)) {
-        let e = i * comptime!(MMA_PLANES * 32) + unit;
-        if e < x_vecs {
-            staged[at + (e / chunk_vecs) * pitch + e % chunk_vecs] = regs[i];
-        }
     }
 }
 
@@ -380,8 +433,10 @@ pub struct MmaShape {
     /// Slices of `k` across cubes (partial sums added by [`linear_split_sum()`] when more than
     /// one).
     pub k_splits: usize,
-    /// 32-wide k-steps per staged chunk of `x` (and per chunk of W loaded ahead).
+    /// 32-wide k-steps per staged chunk of W and `x`.
     pub steps: usize,
+    /// Chunks in shared memory, filled by asynchronous copies (at least 2).
+    pub stages: usize,
 }
 
 impl MmaShape {
@@ -393,55 +448,77 @@ impl MmaShape {
     pub const MAX_ACCUMULATOR_TILES: usize = 18;
 
     /// The shape for `rows × k` by `[n_out, k]` on a device with `cores` streaming
-    /// multiprocessors, or `None` when the sizes do not tile (`k` must be a multiple of 32,
-    /// `n_out` of 16) or the rows are too many.
+    /// multiprocessors and `shared` bytes of shared memory per cube, or `None` when the sizes do
+    /// not tile (`k` must be a multiple of 64, `n_out` of 16) or the rows are too many.
     ///
-    /// Chunks of 128 k (64 or 32 where `k` needs it); two feature tiles per plane for 17–72 rows
-    /// (every cube reads all of `x`: at 65 rows half the weight's bytes with one tile per plane,
-    /// a quarter with two), one below (the two W chunks in flight would take 128 registers per
-    /// lane) and above (the accumulators alone would take 80 or more); then the
-    /// fewest k-slices (dividing the chunks) that give three cubes for every four cores: more
-    /// slices re-read `x` and write partial sums, fewer leave cores idle. From the H200 sweep of
-    /// 16, 65 and 129 rows on 4096 × 12288 and 12288 × 4096 (`ddtree-bench self-test
-    /// --sweep-tiles`; the table, and how far each choice is from the best, in
-    /// docs/perf-notes.md).
-    pub fn choose(rows: usize, n_out: usize, k: usize, cores: usize) -> Option<Self> {
-        if rows == 0 || rows > MAX_TILED_ROWS || !k.is_multiple_of(32) {
+    /// From the H200 sweep of 16, 65 and 129 rows on 4096 × 12288 and 12288 × 4096
+    /// (`ddtree-bench self-test --sweep-tiles`; the table in docs/perf-notes.md):
+    /// - up to 16 rows: one feature tile per plane, chunks of 128 k, four stages;
+    /// - 17–72 rows: two feature tiles (every cube reads all of `x`: at 65 rows half the
+    ///   weight's bytes with one tile per plane, a quarter with two), chunks of 128 k, two stages;
+    /// - 73–144 rows: one feature tile (two would take 80 or more accumulator registers),
+    ///   chunks of 64 k, three stages;
+    ///
+    /// shorter chunks, then fewer (or, for an odd number of chunks, more) stages where `k` or the
+    /// shared memory needs them; then the
+    /// most k-slices that keep the grid within one cube per core (a slice more re-reads `x` and
+    /// writes partial sums; a second, partial wave leaves cores idle at its end).
+    pub fn choose(rows: usize, n_out: usize, k: usize, cores: usize, shared: usize) -> Option<Self> {
+        if rows == 0 || rows > MAX_TILED_ROWS || !n_out.is_multiple_of(16) {
             return None;
         }
         let t_tiles = rows.div_ceil(8);
-        let two = t_tiles >= 3 && 2 * t_tiles <= Self::MAX_ACCUMULATOR_TILES && n_out.is_multiple_of(32);
-        let f_tiles = if two { 2 } else { 1 };
-        if !n_out.is_multiple_of(16 * f_tiles) {
-            return None;
-        }
-        let steps = [4, 2, 1].into_iter().find(|&s| k.is_multiple_of(32 * s))?;
-        let shape = |k_splits| Self {
-            t_tiles,
-            f_tiles,
-            k_splits,
-            steps,
+        let (f_tiles, longest, deepest) = match t_tiles {
+            1..=2 => (1, 4, 4),
+            3..=9 => (2, 4, 2),
+            _ => (1, 2, 3),
         };
-        let chunks = k / (32 * steps);
-        let wanted = (3 * cores).div_ceil(4 * shape(1).columns(n_out));
-        let splits = || (1..=Self::MAX_K_SPLITS.min(chunks)).filter(|s| chunks.is_multiple_of(*s));
-        let k_splits = splits()
-            .find(|&s| s >= wanted)
-            .or_else(|| splits().next_back())
-            .unwrap_or(1);
-        Some(shape(k_splits))
+        let f_tiles = if n_out.is_multiple_of(16 * f_tiles) {
+            f_tiles
+        } else {
+            1
+        };
+        for steps in [4, 2, 1] {
+            if steps > longest || !k.is_multiple_of(32 * steps) {
+                continue;
+            }
+            let chunks = k / (32 * steps);
+            // Fewer stages first; more only where `k` leaves an odd number of chunks.
+            for stages in (2..=deepest).rev().chain(deepest + 1..=4) {
+                let shape = |k_splits| Self {
+                    t_tiles,
+                    f_tiles,
+                    k_splits,
+                    steps,
+                    stages,
+                };
+                if shape(1).shared_bytes() > shared {
+                    continue;
+                }
+                let columns = shape(1).columns(n_out);
+                let splits = || (1..=Self::MAX_K_SPLITS).filter(|s| chunks.is_multiple_of(s * stages));
+                let k_splits = splits()
+                    .rfind(|s| s * columns <= cores)
+                    .or_else(|| splits().next());
+                if let Some(k_splits) = k_splits {
+                    return Some(shape(k_splits));
+                }
+            }
+        }
+        None
     }
 
     /// Whether this shape computes `rows × k` by `[n_out, k]`: enough row tiles, whole W tiles
-    /// across `n_out`, whole chunks in every k-slice.
+    /// across `n_out`, a whole number of stages' chunks in every k-slice.
     pub fn fits(&self, rows: usize, n_out: usize, k: usize) -> bool {
         rows > 0
             && self.f_tiles > 0
             && self.k_splits > 0
             && self.steps > 0
+            && self.stages >= 2
             && rows <= 8 * self.t_tiles
             && n_out.is_multiple_of(16 * self.f_tiles)
-            && k.is_multiple_of(32 * self.steps * self.k_splits)
+            && k.is_multiple_of(32 * self.steps * self.k_splits * self.stages)
     }
 
     /// Cubes along the output features.
@@ -449,9 +526,10 @@ impl MmaShape {
         n_out.div_ceil(MMA_PLANES * 16 * self.f_tiles)
     }
 
-    /// Shared memory of a cube: two staged chunks of `x`, 16 bytes per vector.
+    /// Shared memory of a cube: `stages` slots of W and `x` rows, 16 bytes per vector.
     pub fn shared_bytes(&self) -> usize {
-        2 * 8 * self.t_tiles * staged_row_vecs(self.steps) * 16
+        let staged_rows = MMA_PLANES * 16 * self.f_tiles + 8 * self.t_tiles;
+        self.stages * staged_rows * staged_row_vecs(self.steps) * 16
     }
 }
 
@@ -459,39 +537,61 @@ impl MmaShape {
 mod tests {
     use super::*;
 
-    /// Every shape the decode path meets tiles exactly: the k-slices divide the chunks, the W
-    /// tiles divide `n_out`, and the grid has enough cubes for an H200's 132 cores.
+    /// An H200's shared memory per cube.
+    const H200_SHARED: usize = 227 * 1024;
+
+    /// Every shape the decode path meets tiles exactly: whole stages of chunks in every k-slice,
+    /// W tiles that divide `n_out`, accumulators that fit the registers, slots that fit the
+    /// shared memory — of an H200 and of a GPU with 99 KB per cube — and a grid of one cube per
+    /// core or less unless a single slice is already more.
     #[test]
     fn mma_shapes_divide_the_work() {
-        for rows in [9, 16, 17, 33, 65, 129, 144] {
-            for (n_out, k) in [
-                (6144, 4096),
-                (4096, 4096),
-                (24576, 4096),
-                (4096, 12288),
-                (151936, 4096),
-                (4096, 20480),
-                (80, 96),
-            ] {
-                let s = MmaShape::choose(rows, n_out, k, 132).expect("tiles");
-                assert_eq!(s.t_tiles, rows.div_ceil(8));
-                assert!(s.fits(rows, n_out, k), "{rows} {n_out} {k}: {s:?}");
-                assert!(
-                    s.f_tiles * s.t_tiles <= MmaShape::MAX_ACCUMULATOR_TILES,
-                    "accumulators per plane: {s:?}"
-                );
-                // An H200 gives a cube up to 227 KB.
-                assert!(s.shared_bytes() <= 96 * 1024, "{s:?}: {} bytes", s.shared_bytes());
-                let cubes = s.columns(n_out) * s.k_splits;
-                assert!(
-                    4 * cubes >= 3 * 132 || s.k_splits == MmaShape::MAX_K_SPLITS || k == 96,
-                    "{rows} {n_out} {k}: {s:?} gives {cubes} cubes"
-                );
+        for shared in [H200_SHARED, 99 * 1024] {
+            for rows in [9, 16, 17, 33, 65, 129, 144] {
+                for (n_out, k) in [
+                    (6144, 4096),
+                    (4096, 4096),
+                    (24576, 4096),
+                    (4096, 12288),
+                    (151936, 4096),
+                    (4096, 20480),
+                    (80, 96),
+                ] {
+                    let s = MmaShape::choose(rows, n_out, k, 132, shared).expect("tiles");
+                    assert_eq!(s.t_tiles, rows.div_ceil(8));
+                    assert!(s.fits(rows, n_out, k), "{rows} {n_out} {k}: {s:?}");
+                    assert!(
+                        s.f_tiles * s.t_tiles <= MmaShape::MAX_ACCUMULATOR_TILES,
+                        "accumulators per plane: {s:?}"
+                    );
+                    assert!(s.shared_bytes() <= shared, "{s:?}: {} bytes", s.shared_bytes());
+                    let cubes = s.columns(n_out) * s.k_splits;
+                    assert!(
+                        cubes <= 132 || s.k_splits == 1,
+                        "{rows} {n_out} {k}: {s:?} gives {cubes} cubes"
+                    );
+                }
             }
         }
-        assert_eq!(MmaShape::choose(145, 4096, 4096, 132), None);
-        assert_eq!(MmaShape::choose(16, 4100, 4096, 132), None);
-        assert_eq!(MmaShape::choose(16, 4096, 48, 132), None);
+        // The sweep's picks on an H200: 16 rows on 4096 → 12288 and 12288 → 4096.
+        let pick = |rows, n_out, k| MmaShape::choose(rows, n_out, k, 132, H200_SHARED).unwrap();
+        assert_eq!(
+            (pick(16, 12288, 4096).k_splits, pick(16, 4096, 12288).k_splits),
+            (1, 4)
+        );
+        assert_eq!(
+            pick(65, 12288, 4096),
+            MmaShape {
+                t_tiles: 9,
+                f_tiles: 2,
+                k_splits: 2,
+                steps: 4,
+                stages: 2
+            }
+        );
+        assert_eq!(MmaShape::choose(145, 4096, 4096, 132, H200_SHARED), None);
+        assert_eq!(MmaShape::choose(16, 4100, 4096, 132, H200_SHARED), None);
+        assert_eq!(MmaShape::choose(16, 4096, 48, 132, H200_SHARED), None);
     }
 
     /// Staged rows of `x` are odd multiples of 64 bytes at every chunk length.

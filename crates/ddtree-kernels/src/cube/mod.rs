@@ -631,12 +631,28 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let [rows, k] = x.dims();
-    let cores = multiprocessors(&R::client(&x.device()));
-    match linear::MmaShape::choose(rows, weight.dims()[0], k, cores) {
+    match mma_shape(&x, &weight) {
         Some(shape) => linear_tiled_with(x, weight, shape),
         None => Err((x, weight)),
     }
+}
+
+/// The launch shape [`linear_tiled`] picks for `x · weightᵀ` on their device
+/// ([`linear::MmaShape::choose`] for its multiprocessors and shared memory).
+pub fn mma_shape<R, F, I, BT>(
+    x: &Tensor<CubeBackend<R, F, I, BT>, 2>,
+    weight: &Tensor<CubeBackend<R, F, I, BT>, 2>,
+) -> Option<linear::MmaShape>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let [rows, k] = x.dims();
+    let client = R::client(&x.device());
+    let shared = client.properties().hardware.max_shared_memory_size;
+    linear::MmaShape::choose(rows, weight.dims()[0], k, multiprocessors(&client), shared)
 }
 
 /// [`linear_tiled`] with an explicit launch shape (benchmarks compare shapes with it); `Err`
@@ -702,6 +718,7 @@ where
             shape.f_tiles,
             splits,
             shape.steps,
+            shape.stages,
         );
         if splits > 1 {
             let len = rows * n_out;
@@ -749,11 +766,14 @@ fn has_tensor_tiles<R: CubeRuntime, F: FloatElement>(client: &ComputeClient<R>) 
     client.properties().hardware.plane_size_max == 32 && client.features().matmul.cmma.contains(&tiles)
 }
 
-/// Whether the device runs `mma.sync` m16n8k16 on `F` with f32 accumulators and planes of 32
-/// (CUDA from sm_80; not lavapipe).
+/// Whether the device runs `mma.sync` m16n8k16 on `F` with f32 accumulators and planes of 32,
+/// and copies global to shared memory asynchronously (CUDA from sm_80; not lavapipe).
 fn has_mma<R: CubeRuntime, F: FloatElement>(client: &ComputeClient<R>) -> bool {
     let mma = f32_accumulated::<F>(16, 8, 16);
-    client.properties().hardware.plane_size_max == 32 && client.features().matmul.mma.contains(&mma)
+    let features = client.features();
+    client.properties().hardware.plane_size_max == 32
+        && features.matmul.mma.contains(&mma)
+        && features.copy_async
 }
 
 /// An `m × n × k` matrix product of `F` inputs into f32 accumulators.
