@@ -58,6 +58,15 @@ for part in "$@"; do
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
       '$bin' ${short[*]} > '$out/ncu-times.csv' && gzip -f '$out/ncu-times.csv'"
     ;;
+  ncu-linear)
+    # The GPU time of each tensor-core linear launch (Nsight Compute, serialised) of a self-test,
+    # to set beside the self-test's wall time per back-to-back launch (its `bandwidth` lines):
+    # the difference is what a launch costs outside its own execution.
+    run ncu-linear bash -c "ncu --clock-control none --csv --print-units base \
+      --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
+      -k regex:linear_mma --launch-count 600 '$bin' self-test --device cuda > '$out/ncu-linear.csv' \
+      && gzip -f '$out/ncu-linear.csv'"
+    ;;
   ncu-sections)
     short=(stages --device cuda --reps 1 --warmup 0 --budgets 64)
     sections=(--clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis

@@ -121,10 +121,9 @@ pub const MMA_PLANES: usize = 8;
 /// `stages − 1` chunks loading while it multiplies one. A slot holds one chunk: the cube's
 /// `MMA_PLANES · 16 · f_tiles` rows of W, then `8 · t_tiles` rows of `x` (rows past `rows` zeroed
 /// once), each row an odd multiple of 64 bytes (the two rows a quarter-plane reads then fall on
-/// different banks). Slot `s` has its own barrier: every unit copies
-/// its share of a chunk and commits the copies to the slot's barrier; `arrive_and_wait` on it both
-/// waits for the chunk's bytes and tells that every unit has finished the previous chunk, whose
-/// slot is then refilled.
+/// different banks). Slot `s` has its own barrier: every unit copies its share of a chunk and
+/// commits the copies to the slot's barrier; `arrive_and_wait` on it both waits for the chunk's
+/// bytes and tells that every unit has finished the previous chunk, whose slot is then refilled.
 ///
 /// Because a dot product does not care in which order it visits `k`, a lane's 16 bytes of a W
 /// row (8 values) serve as its A fragments of two MMAs (elements 0–3 for the k-slots
@@ -305,7 +304,8 @@ pub fn linear_mma<F: Float, N: Size>(
 }
 
 /// A unit's share of one chunk for [`linear_mma()`], copied asynchronously into the slot at
-/// `at`: the cube's W rows that exist, then the `x` rows that exist (16 bytes per copy).
+/// `at`: the cube's W rows that exist, then the `x` rows that exist — one 16-byte vector per copy
+/// (`copy_async` counts 4 words).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn copy_chunk<N: Size>(
