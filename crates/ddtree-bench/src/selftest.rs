@@ -354,6 +354,49 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             json!({ "check": format!("{name} ids (up to ties)"), "exact": exact, "ok": exact })
         );
     }
+    // The gated delta rule at Qwen3.5's linear-attention heads (16 key / 32 value heads × 128):
+    // a 65-row draft tree (random parents) and a 40-row sequence.
+    for (case, rows) in [("tree", 65), ("sequence", 40)] {
+        let (key_heads, heads, dk, dv) = (16, 32, 128, 128);
+        let mut rng = StdRng::seed_from_u64(23);
+        let parents: Vec<i32> = (0..rows as i32)
+            .map(|r| match (r, case) {
+                (0, _) => -1,
+                (_, "tree") => rng.random_range(0..r),
+                _ => r - 1,
+            })
+            .collect();
+        // Keys and queries are L2-normalised in the model.
+        let unit_rows = |seed| {
+            let mut x = random(seed, rows * key_heads * dk, 1.0);
+            for row in x.chunks_mut(dk) {
+                let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-6);
+                row.iter_mut().for_each(|v| *v /= norm);
+            }
+            x
+        };
+        let (q, q_ref) = on_device::<B, 3>(unit_rows(24), [rows, key_heads, dk], device);
+        let (k, k_ref) = on_device::<B, 3>(unit_rows(25), [rows, key_heads, dk], device);
+        let (v, v_ref) = on_device::<B, 3>(random(26, rows * heads * dv, 1.0), [rows, heads, dv], device);
+        let gates = |seed, offset| {
+            random(seed, rows * heads, 0.5)
+                .iter()
+                .map(|x| x + offset)
+                .collect()
+        };
+        let (g, g_ref) = on_device::<B, 2>(gates(27, -0.5), [rows, heads], device);
+        let (beta, beta_ref) = on_device::<B, 2>(gates(28, 0.5), [rows, heads], device);
+        let (state, state_ref) = on_device::<B, 3>(random(29, heads * dk * dv, 1.0), [heads, dk, dv], device);
+        let want = Cpu::gated_delta_rule(q_ref, k_ref, v_ref, g_ref, beta_ref, state_ref, &parents);
+        let got = B::gated_delta_rule(q, k, v, g, beta, state, &parents);
+        let name = format!("gated_delta_rule {rows}-row {case}, {key_heads}/{heads}×{dk}");
+        checks.compare(&format!("{name}: outputs"), &host_f32(got.0), &host_f32(want.0));
+        checks.compare(
+            &format!("{name}: last state"),
+            &host_f32(got.1),
+            &host_f32(want.1),
+        );
+    }
     if !args.no_bandwidth {
         bandwidth::<B>(device, "linear", &[1, 65], <B as KernelOps>::linear)?;
     }

@@ -189,6 +189,23 @@ pub fn causal_conv1d<B: Backend>(
     sum.clone() / sum.neg().exp().add_scalar(1.0)
 }
 
+/// Each row's children and the roots of `parents` (`-1`: a root, else an earlier row), both in
+/// decreasing row order — popped from a stack, they come out in increasing order.
+pub(crate) fn tree_links(parents: &[i32]) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let mut children = vec![Vec::new(); parents.len()];
+    let mut roots = Vec::new();
+    for (row, &parent) in parents.iter().enumerate().rev() {
+        match usize::try_from(parent) {
+            Ok(p) => {
+                assert!(p < row, "row {row}: parent {p} must precede it");
+                children[p].push(row);
+            }
+            Err(_) => roots.push(row),
+        }
+    }
+    (children, roots)
+}
+
 /// The gated delta rule over rows linked by `parents` (`-1`: the row continues `state`, else
 /// the index of an earlier row it continues). Per value head `h` (reading key head
 /// `h / (Hv / Hk)`), with `S` the parent's state:
@@ -221,17 +238,8 @@ pub fn gated_delta_rule<B: Backend>(
     let (q, k) = (expand(q), expand(k));
     let decay = g.exp();
 
-    let mut children = vec![Vec::new(); n];
-    let mut stack = Vec::new();
-    for (row, &parent) in parents.iter().enumerate().rev() {
-        match usize::try_from(parent) {
-            Ok(p) => {
-                assert!(p < row, "row {row}: parent {p} must precede it");
-                children[p].push(row);
-            }
-            Err(_) => stack.push((row, state.clone())),
-        }
-    }
+    let (children, roots) = tree_links(parents);
+    let mut stack: Vec<_> = roots.into_iter().map(|row| (row, state.clone())).collect();
     let mut outputs: Vec<Option<Tensor<B, 3>>> = vec![None; n];
     let mut last = state;
     while let Some((row, parent_state)) = stack.pop() {

@@ -12,6 +12,7 @@ pub mod activation;
 pub mod argmax;
 pub mod attention;
 pub mod cache;
+pub mod delta;
 pub mod linear;
 pub mod norm;
 mod reduce;
@@ -515,7 +516,67 @@ where
         }
         Tensor::from_primitive(out)
     }
+
+    fn gated_delta_rule(
+        q: Tensor<Self, 3>,
+        k: Tensor<Self, 3>,
+        v: Tensor<Self, 3>,
+        g: Tensor<Self, 2>,
+        beta: Tensor<Self, 2>,
+        state: Tensor<Self, 3>,
+        parents: &[i32],
+    ) -> (Tensor<Self, 3>, Tensor<Self, 3>) {
+        let [n, key_heads, dk] = q.dims();
+        let [_, heads, dv] = v.dims();
+        let walk = delta::depth_first(parents);
+        // Saved columns per unit, in powers of two so that few kernel variants compile; trees
+        // that branch deeper (never drafted) go to the reference.
+        if n == 0 || walk.slots > DELTA_MAX_SLOTS || !heads.is_multiple_of(key_heads) {
+            return crate::reference::gated_delta_rule(q, k, v, g, beta, state, parents);
+        }
+        let (q, k, v, g, beta, state) = (cube(q), cube(k), cube(v), cube(g), cube(beta), cube(state));
+        let client = q.client.clone();
+        let out = contiguous::<R, F, _>(&v, [n, heads, dv]);
+        let last = contiguous::<R, F, _>(&state, [heads, dk, dv]);
+        let upload = |x: &[u32]| {
+            let handle = client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(x));
+            // SAFETY: the handle holds `x.len()` u32 values.
+            unsafe { ArrayArg::from_raw_parts(handle, x.len()) }
+        };
+        let (count, dim) = elementwise_grid(heads * dv);
+        // SAFETY: dense inputs of the documented shapes, a walk of `n` rows whose slots are
+        // below `slots`, dense outputs.
+        unsafe {
+            delta::gated_delta_rule::launch_unchecked::<F, R>(
+                &client,
+                count,
+                dim,
+                array(&q),
+                array(&k),
+                array(&v),
+                array(&g),
+                array(&beta),
+                array(&state),
+                upload(&walk.order),
+                upload(&walk.load),
+                upload(&walk.save),
+                array(&out),
+                array(&last),
+                n,
+                heads,
+                key_heads,
+                dv,
+                dk,
+                walk.slots.next_power_of_two(),
+            );
+        }
+        (float(out), float(last))
+    }
 }
+
+/// Saved columns [`delta::gated_delta_rule()`] keeps per unit: one per branching row on a path
+/// (a draft tree is at most 17 deep; a sequence needs none).
+const DELTA_MAX_SLOTS: usize = 32;
 
 /// [`linear::linear_rows()`] for at most [`linear::MAX_ROWS`] rows: `x · Wᵀ`, or with `swiglu`
 /// the activation of a fused gate/up weight (`[rows, n_out / 2]`).

@@ -451,3 +451,68 @@ fn qk_norm_rope_write_matches_reference() {
         }
     }
 }
+
+/// Unit-length rows of `width` (the gated delta rule's keys and queries are L2-normalised).
+fn unit_rows(seed: u64, rows: usize, width: usize) -> Vec<f32> {
+    let mut x = values(seed, rows * width, 1.0);
+    for row in x.chunks_mut(width) {
+        let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-6);
+        row.iter_mut().for_each(|v| *v /= norm);
+    }
+    x
+}
+
+/// The gated delta rule over a tree with siblings and a second root, a sequence, and a random
+/// 65-row draft tree at Qwen3.5's head size (128), with grouped key heads: every row's output
+/// and the state after the last row.
+#[test]
+fn gated_delta_rule_matches_reference() {
+    let device = gpu();
+    let mut rng = StdRng::seed_from_u64(12);
+    let random_tree: Vec<i32> = (0..65)
+        .map(|r| if r == 0 { -1 } else { rng.random_range(0..r) })
+        .collect();
+    let chain: Vec<i32> = (-1..39).collect();
+    let cases: [(&str, Vec<i32>, [usize; 4]); 3] = [
+        ("tree", vec![-1, 0, 0, 1, 2, 3, -1, 6, 1], [2, 4, 16, 8]),
+        ("sequence", chain, [1, 2, 32, 16]),
+        ("65-row tree", random_tree, [2, 4, 128, 128]),
+    ];
+    for (case, parents, [key_heads, heads, dk, dv]) in cases {
+        let n = parents.len();
+        let seed = n as u64;
+        let q = unit_rows(seed, n * key_heads, dk);
+        let k = unit_rows(seed + 1, n * key_heads, dk);
+        let v = values(seed + 2, n * heads * dv, 1.0);
+        let g: Vec<f32> = values(seed + 3, n * heads, 0.5).iter().map(|x| x - 0.5).collect();
+        let beta: Vec<f32> = values(seed + 4, n * heads, 0.5).iter().map(|x| x + 0.5).collect();
+        let state = values(seed + 5, heads * dk * dv, 1.0);
+        let run = |device: &_| {
+            let (out, last) = Gpu::gated_delta_rule(
+                tensor(&q, [n, key_heads, dk], device),
+                tensor(&k, [n, key_heads, dk], device),
+                tensor(&v, [n, heads, dv], device),
+                tensor(&g, [n, heads], device),
+                tensor(&beta, [n, heads], device),
+                tensor(&state, [heads, dk, dv], device),
+                &parents,
+            );
+            (host_f32(out), host_f32(last))
+        };
+        let (got_out, got_last) = run(&device);
+        let cpu = Default::default();
+        let (want_out, want_last) = Cpu::gated_delta_rule(
+            tensor(&q, [n, key_heads, dk], &cpu),
+            tensor(&k, [n, key_heads, dk], &cpu),
+            tensor(&v, [n, heads, dv], &cpu),
+            tensor(&g, [n, heads], &cpu),
+            tensor(&beta, [n, heads], &cpu),
+            tensor(&state, [heads, dk, dv], &cpu),
+            &parents,
+        );
+        let err = max_rel_err(&got_out, &host_f32(want_out));
+        assert!(err < TOL, "{NAME} gated_delta_rule {case}: outputs, error {err}");
+        let err = max_rel_err(&got_last, &host_f32(want_last));
+        assert!(err < TOL, "{NAME} gated_delta_rule {case}: last state, error {err}");
+    }
+}

@@ -1,0 +1,171 @@
+//! The gated delta rule of Gated DeltaNet over parent-linked rows (a sequence or a draft tree).
+//! Reference: [`crate::reference::gated_delta_rule`].
+
+use cubecl::prelude::*;
+
+/// How a row of [`gated_delta_rule()`] finds its parent's column: still in registers (the row
+/// right before it in the walk), the input state (a root), or saved slot `s` (`FROM_SLOT + s`).
+pub const FROM_PREVIOUS: u32 = 0;
+/// See [`FROM_PREVIOUS`].
+pub const FROM_STATE: u32 = 1;
+/// See [`FROM_PREVIOUS`].
+pub const FROM_SLOT: u32 = 2;
+/// A row whose column no later row needs saved ([`Walk::save`]).
+pub const NO_SLOT: u32 = u32::MAX;
+
+/// One unit per (value head `h`, state column `j`): every column of a head's state
+/// `S: [dk, dv]` evolves on its own —
+///
+/// `S'[:, j] = e^g S[:, j] + k · β (v_j − e^g S[:, j]ᵀ k)`, `out_j = S'[:, j]ᵀ q` —
+///
+/// so the unit walks the rows in depth-first `order`, each continuing the column its `load`
+/// entry names ([`FROM_PREVIOUS`], [`FROM_STATE`] or a slot) and saving its own into slot
+/// `save` when a later row needs it (a row with several children): `slots · dk` local values,
+/// none for a sequence. One launch for the whole tree, where the reference issues a dozen tensor
+/// ops per row. Arithmetic in f32.
+///
+/// `q, k: [n, key_heads, dk]` (value head `h` reads key head `h / (heads / key_heads)`),
+/// `v, out: [n, heads, dv]`, `g, beta: [n, heads]`, `state, last: [heads, dk, dv]`, all dense;
+/// `last` receives the state after row `n − 1`. Launch one unit per `(h, j)`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn gated_delta_rule<F: Float>(
+    q: &Array<F>,
+    k: &Array<F>,
+    v: &Array<F>,
+    g: &Array<F>,
+    beta: &Array<F>,
+    state: &Array<F>,
+    order: &Array<u32>,
+    load: &Array<u32>,
+    save: &Array<u32>,
+    out: &mut Array<F>,
+    last: &mut Array<F>,
+    n: usize,
+    heads: usize,
+    key_heads: usize,
+    dv: usize,
+    #[comptime] dk: usize,
+    #[comptime] slots: usize,
+) {
+    let unit = ABSOLUTE_POS;
+    if unit < heads * dv {
+        let h = unit / dv;
+        let j = unit % dv;
+        let kh = h / (heads / key_heads);
+        let mut saved = Array::<f32>::new(comptime!(slots.max(1) * dk));
+        let mut column = Array::<f32>::new(dk);
+        for i in 0..n {
+            let row = order[i] as usize;
+            let from = load[i];
+            let decay = f32::exp(f32::cast_from(g[row * heads + h]));
+            let key = (row * key_heads + kh) * dk;
+            let mut predicted = 0.0f32;
+            #[unroll]
+            for e in 0..dk {
+                let mut s = column[e];
+                if from == FROM_STATE {
+                    s = f32::cast_from(state[(h * dk + e) * dv + j]);
+                } else if from >= FROM_SLOT {
+                    s = saved[(from - FROM_SLOT) as usize * dk + e];
+                }
+                s *= decay;
+                column[e] = s;
+                predicted += s * f32::cast_from(k[key + e]);
+            }
+            let delta = f32::cast_from(beta[row * heads + h])
+                * (f32::cast_from(v[(row * heads + h) * dv + j]) - predicted);
+            let to = save[i];
+            let mut o = 0.0f32;
+            #[unroll]
+            for e in 0..dk {
+                let s = column[e] + f32::cast_from(k[key + e]) * delta;
+                column[e] = s;
+                o += s * f32::cast_from(q[key + e]);
+                if to != NO_SLOT {
+                    saved[to as usize * dk + e] = s;
+                }
+                if row + 1 == n {
+                    last[(h * dk + e) * dv + j] = F::cast_from(s);
+                }
+            }
+            out[(row * heads + h) * dv + j] = F::cast_from(o);
+        }
+    }
+}
+
+/// The walk of [`gated_delta_rule()`] over parent-linked rows.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Walk {
+    /// Rows in depth-first order, children in increasing order.
+    pub order: Vec<u32>,
+    /// Where each visited row finds its parent's column ([`FROM_PREVIOUS`], [`FROM_STATE`],
+    /// `FROM_SLOT + s`).
+    pub load: Vec<u32>,
+    /// The slot each visited row saves its column into, or [`NO_SLOT`].
+    pub save: Vec<u32>,
+    /// Slots in use at once: the most branching rows on one path.
+    pub slots: usize,
+}
+
+/// The walk for `parents` (`parents[r]` is `-1` for a root, else an earlier row). A row with
+/// several children saves its column in the slot numbered by the branching rows above it; its
+/// first child follows it in the walk and continues the column in registers, the others load
+/// the slot — which no row of the subtree between overwrites, being lower in the tree.
+pub fn depth_first(parents: &[i32]) -> Walk {
+    let n = parents.len();
+    let (children, roots) = crate::reference::tree_links(parents);
+    let mut stack: Vec<_> = roots.into_iter().map(|row| (row, FROM_STATE, 0u32)).collect();
+    let mut walk = Walk {
+        order: Vec::with_capacity(n),
+        load: Vec::with_capacity(n),
+        save: Vec::with_capacity(n),
+        slots: 0,
+    };
+    // (row, where it loads from, branching rows above it)
+    while let Some((row, load, branching)) = stack.pop() {
+        walk.order.push(row as u32);
+        walk.load.push(load);
+        let kids = &children[row];
+        let save = if kids.len() > 1 { branching } else { NO_SLOT };
+        walk.save.push(save);
+        if save != NO_SLOT {
+            walk.slots = walk.slots.max(save as usize + 1);
+        }
+        let below = branching + u32::from(kids.len() > 1);
+        // Children were pushed in decreasing row order, so the first child pops next.
+        let first = kids.last().copied();
+        stack.extend(kids.iter().map(|&c| {
+            let from = if Some(c) == first {
+                FROM_PREVIOUS
+            } else {
+                FROM_SLOT + save
+            };
+            (c, from, below)
+        }));
+    }
+    walk
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row once, each after its parent; a first child continues its parent, later
+    /// children load the parent's slot; a sequence needs no slot.
+    #[test]
+    fn depth_first_saves_only_branching_rows() {
+        let tree = [-1, 0, 0, 1, 2, 3, -1, 6, 1];
+        let walk = depth_first(&tree);
+        assert_eq!(walk.order, [0, 1, 3, 5, 8, 2, 4, 6, 7]);
+        let (p, s, none) = (FROM_PREVIOUS, FROM_STATE, NO_SLOT);
+        // Rows 0 (children 1, 2) and 1 (children 3, 8) branch: slots 0 and 1.
+        assert_eq!(walk.load, [s, p, p, p, FROM_SLOT + 1, FROM_SLOT, p, s, p]);
+        assert_eq!(walk.save, [0, 1, none, none, none, none, none, none, none]);
+        assert_eq!(walk.slots, 2);
+        let chain = depth_first(&[-1, 0, 1, 2]);
+        assert_eq!(chain.order, [0, 1, 2, 3]);
+        assert_eq!(chain.load, [s, p, p, p]);
+        assert_eq!((chain.save, chain.slots), (vec![none; 4], 0));
+    }
+}
