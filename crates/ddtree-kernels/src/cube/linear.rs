@@ -205,27 +205,25 @@ pub fn linear_mma<F: Float, N: Size>(
         accs.push(acc);
     }
 
-    // The first `stages − 1` chunks in flight.
+    // The first `stages − 1` chunks in flight (a slice holds at least `stages`).
     #[unroll]
     for s in 0..comptime!(stages - 1) {
-        if comptime!(s < chunks) {
-            copy_chunk::<N>(
-                x,
-                w,
-                &mut staged,
-                comptime!(s * slot),
-                rows,
-                n_out,
-                cube_f0,
-                unit,
-                k_vecs,
-                k_begin + comptime!(s * chunk_vecs),
-                steps,
-                w_rows,
-                tokens,
-            );
-            barriers.index(s).commit_copy_async();
-        }
+        copy_chunk::<N>(
+            x,
+            w,
+            &mut staged,
+            comptime!(s * slot),
+            rows,
+            n_out,
+            cube_f0,
+            unit,
+            k_vecs,
+            k_begin + comptime!(s * chunk_vecs),
+            steps,
+            w_rows,
+            tokens,
+        );
+        barriers.index(s).commit_copy_async();
     }
 
     for c0 in 0..comptime!(chunks / stages) {
@@ -449,7 +447,8 @@ impl MmaShape {
 
     /// The shape for `rows × k` by `[n_out, k]` on a device with `cores` streaming
     /// multiprocessors and `shared` bytes of shared memory per cube, or `None` when the sizes do
-    /// not tile (`k` must be a multiple of 64, `n_out` of 16) or the rows are too many.
+    /// not tile (`n_out` must be a multiple of 16, `k` of 32 with at least two 32-wide chunks for
+    /// the stages to divide) or the rows are too many.
     ///
     /// From the H200 sweep of 16, 65 and 129 rows on 4096 × 12288 and 12288 × 4096
     /// (`ddtree-bench self-test --sweep-tiles`; the table in docs/perf-notes.md):
@@ -460,9 +459,9 @@ impl MmaShape {
     ///   chunks of 64 k, three stages;
     ///
     /// shorter chunks, then fewer (or, for an odd number of chunks, more) stages where `k` or the
-    /// shared memory needs them; then the
-    /// most k-slices that keep the grid within one cube per core (a slice more re-reads `x` and
-    /// writes partial sums; a second, partial wave leaves cores idle at its end).
+    /// shared memory needs them; then the most k-slices that keep the grid within one cube per
+    /// core (a slice more re-reads `x` and writes partial sums; a second, partial wave leaves
+    /// cores idle at its end).
     pub fn choose(rows: usize, n_out: usize, k: usize, cores: usize, shared: usize) -> Option<Self> {
         if rows == 0 || rows > MAX_TILED_ROWS || !n_out.is_multiple_of(16) {
             return None;
