@@ -67,13 +67,18 @@ for part in "$@"; do
       -k regex:linear_mma --launch-count 600 '$bin' self-test --device cuda > '$out/ncu-linear.csv' \
       && gzip -f '$out/ncu-linear.csv'"
     ;;
-  ncu-sections)
+  ncu-sections | ncu-attention)
+    # (`ncu-attention`: only the attention's two launches, skipping the prefill's 36.)
     short=(stages --device cuda --reps 1 --warmup 0 --budgets 64)
     sections=(--clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis
       --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats)
-    run ncu-sections bash -c "ncu ${sections[*]} -k regex:linear_rows --launch-skip 40 --launch-count 4 '$bin' ${short[*]} \
-      && ncu ${sections[*]} -k regex:linear_mma --launch-skip 8 --launch-count 4 '$bin' ${short[*]} \
-      && ncu ${sections[*]} -k regex:attention_tiles --launch-skip 50 --launch-count 2 '$bin' ${short[*]}"
+    attention="ncu ${sections[*]} -k regex:attention_mma --launch-skip 50 --launch-count 2 '$bin' ${short[*]}"
+    if [ "$part" = ncu-attention ]; then
+      run ncu-attention bash -c "$attention"
+    else
+      run ncu-sections bash -c "ncu ${sections[*]} -k regex:linear_rows --launch-skip 40 --launch-count 4 '$bin' ${short[*]} \
+        && ncu ${sections[*]} -k regex:linear_mma --launch-skip 8 --launch-count 4 '$bin' ${short[*]} && $attention"
+    fi
     ;;
   # The same with burn's matmul for more than 8 rows: the baseline of the tensor-core linear.
   stages-matmul) run stages-matmul "$bin" stages --device cuda --tensor-cores false ;;

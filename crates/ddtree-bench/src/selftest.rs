@@ -7,7 +7,7 @@
 //! f32.
 
 use burn_ndarray::NdArray;
-use burn_tensor::{Distribution, Tensor, TensorData};
+use burn_tensor::{Distribution, FloatDType, Tensor, TensorData};
 use ddtree_kernels::nn::{HeadShape, QkvRows, RmsNorm};
 use ddtree_kernels::{AncestorBits, AttentionContext, KernelOps, Visibility, host_f32, host_ids};
 use rand::rngs::StdRng;
@@ -271,8 +271,9 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         checks.compare(&format!("{name}: keys"), &host_f32(got.1), &host_f32(want.1));
         checks.compare(&format!("{name}: values"), &host_f32(got.2), &host_f32(want.2));
     }
-    // Qwen3-8B's heads (32 q / 8 kv × 128) and a Qwen3.5 layout (24 / 4 × 256): one row (AR),
-    // fewer than 16 queries per KV head, drafter blocks and trees (tensor cores on CUDA), a
+    // Qwen3-8B's heads (32 q / 8 kv × 128), a Qwen3.5 layout (24 / 4 × 256) and head_dim 64
+    // with six query heads per KV head: one row (AR), fewer than 16 queries per KV head, drafter
+    // blocks and trees (tensor cores on CUDA: `mma.sync` up to head_dim 128, WMMA above), a
     // sliding window.
     for (rows, prefix, mode, (q_heads, kv_heads, head_dim), window) in [
         (1, 2048, "causal", (32, 8, 128), None),
@@ -282,6 +283,7 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         (16, 300, "full", (32, 8, 128), None),
         (33, 1000, "causal", (32, 8, 128), Some(700)),
         (17, 500, "tree", (24, 4, 256), None),
+        (23, 900, "tree", (24, 4, 64), None),
     ] {
         let capacity = prefix + rows + 5;
         // The ancestor sets of a random tree of `rows` nodes (root + `rows − 1` draft nodes).
@@ -387,15 +389,60 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         let (g, g_ref) = on_device::<B, 2>(gates(27, -0.5), [rows, heads], device);
         let (beta, beta_ref) = on_device::<B, 2>(gates(28, 0.5), [rows, heads], device);
         let (state, state_ref) = on_device::<B, 3>(random(29, heads * dk * dv, 1.0), [heads, dk, dv], device);
+        // The tree with an f32 state, as the models keep it; the sequence with a bf16 one.
+        let state = if case == "tree" {
+            state.cast(FloatDType::F32)
+        } else {
+            state
+        };
         let want = Cpu::gated_delta_rule(q_ref, k_ref, v_ref, g_ref, beta_ref, state_ref, &parents);
-        let got = B::gated_delta_rule(q, k, v, g, beta, state, &parents);
+        let got = B::gated_delta_rule(
+            q.clone(),
+            k.clone(),
+            v.clone(),
+            g.clone(),
+            beta.clone(),
+            state.clone(),
+            &parents,
+        );
         let name = format!("gated_delta_rule {rows}-row {case}, {key_heads}/{heads}×{dk}");
-        checks.compare(&format!("{name}: outputs"), &host_f32(got.0), &host_f32(want.0));
+        checks.compare(
+            &format!("{name}: outputs"),
+            &host_f32(got.0.clone()),
+            &host_f32(want.0),
+        );
         checks.compare(
             &format!("{name}: last state"),
-            &host_f32(got.1),
+            &host_f32(got.1.clone()),
             &host_f32(want.1),
         );
+        if case == "sequence" {
+            // With an f32 state, one row per call (AR steps) gives the bits of one call.
+            let (mut outs, mut last) = (Vec::new(), state.cast(FloatDType::F32));
+            let whole = B::gated_delta_rule(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                g.clone(),
+                beta.clone(),
+                last.clone(),
+                &parents,
+            );
+            for r in 0..rows {
+                let row3 = |t: &Tensor<B, 3>| t.clone().slice(r..r + 1);
+                let row2 = |t: &Tensor<B, 2>| t.clone().slice(r..r + 1);
+                let (out, next) =
+                    B::gated_delta_rule(row3(&q), row3(&k), row3(&v), row2(&g), row2(&beta), last, &[-1]);
+                outs.extend(host_f32(out));
+                last = next;
+            }
+            let exact = outs == host_f32(whole.0) && host_f32(last) == host_f32(whole.1);
+            checks.failures += usize::from(!exact);
+            println!(
+                "{}",
+                json!({ "check": format!("{name}: f32 state, {rows} one-row calls = one call"), "exact": exact, "ok": exact })
+            );
+        }
     }
     if !args.no_bandwidth {
         bandwidth::<B>(device, "linear", &[1, 65], <B as KernelOps>::linear)?;

@@ -3,7 +3,7 @@
 
 use burn_tensor::activation::{log_softmax, softmax};
 use burn_tensor::backend::Backend;
-use burn_tensor::{Bool, Int, Tensor, TensorData};
+use burn_tensor::{Bool, FloatDType, Int, Tensor, TensorData};
 
 use crate::mask::AttentionContext;
 
@@ -216,7 +216,9 @@ pub(crate) fn tree_links(parents: &[i32]) -> (Vec<Vec<usize>>, Vec<usize>) {
 /// Hv]`, `state: [Hv, Dk, Dv]` (never modified). Returns `out: [n, Hv, Dv]` and the state after
 /// row `n − 1` (after a sequence: the new state). A sequence is the chain `-1, 0, 1, …`; a tree
 /// gives every node the state of its own path. Rows are visited depth-first, so at most
-/// `depth + 1` states are alive, never one per row.
+/// `depth + 1` states are alive, never one per row. The recurrence runs in f32 at least, as the
+/// reference model's does: outputs come back in `q`'s type, the state in its own (callers keep it
+/// in f32, so that rounding never depends on how rows were grouped into calls).
 pub fn gated_delta_rule<B: Backend>(
     q: Tensor<B, 3>,
     k: Tensor<B, 3>,
@@ -228,14 +230,23 @@ pub fn gated_delta_rule<B: Backend>(
 ) -> (Tensor<B, 3>, Tensor<B, 3>) {
     let [n, key_heads, dk] = q.dims();
     let [_, heads, dv] = v.dims();
+    let (dtype, state_dtype) = (q.dtype(), state.dtype());
+    // At least f32 (f64 stays f64).
+    let wide = if dtype.size() < 4 {
+        FloatDType::F32
+    } else {
+        dtype.into()
+    };
     let group = heads / key_heads;
     // Value head h reads key head h / group: repeat each key head `group` times in place.
     let expand = |x: Tensor<B, 3>| {
-        x.unsqueeze_dim::<4>(2)
+        x.cast(wide)
+            .unsqueeze_dim::<4>(2)
             .repeat_dim(2, group)
             .reshape([n, heads, dk])
     };
-    let (q, k) = (expand(q), expand(k));
+    let (q, k, v) = (expand(q), expand(k), v.cast(wide));
+    let (g, beta, state) = (g.cast(wide), beta.cast(wide), state.cast(wide));
     let decay = g.exp();
 
     let (children, roots) = tree_links(parents);
@@ -271,7 +282,7 @@ pub fn gated_delta_rule<B: Backend>(
         .into_iter()
         .map(|o| o.expect("every row is reached from a root"))
         .collect();
-    (Tensor::cat(outputs, 0), last)
+    (Tensor::cat(outputs, 0).cast(dtype), last.cast(state_dtype))
 }
 
 /// `rms_norm(x, weight) ⊙ silu(z)` over `[rows, dim]` (the Gated DeltaNet's output norm: a plain

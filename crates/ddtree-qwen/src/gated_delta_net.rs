@@ -3,8 +3,8 @@
 //! over the q/k/v channels, per-head L2-normalised q and k (q scaled by `1/√Dk`), the decay and
 //! β gates, the gated delta rule, a gated RMSNorm and the output projection.
 //!
-//! **Caches.** The committed recurrent state `[Hv, Dk, Dv]` and the last `K − 1` pre-conv rows
-//! `[K − 1, C]`. Prefill runs the recurrence along the sequence and commits at once.
+//! **Caches.** The committed recurrent state `[Hv, Dk, Dv]` (in f32, as the reference model keeps
+//! it) and the last `K − 1` pre-conv rows `[K − 1, C]`. Prefill runs the recurrence along the sequence and commits at once.
 //!
 //! **Tree verify** leaves both untouched: every node's conv window is its own pre-conv row and
 //! its nearest `K − 1` ancestors' (falling back to the committed rows), and its recurrent state
@@ -19,7 +19,7 @@
 //! GDN layers) instead of a 3 MiB state per node and layer (147 MiB per node), plus, while one
 //! layer runs, the states along one root-to-leaf path (at most `depth + 1`).
 
-use burn_tensor::{Int, Tensor, TensorData};
+use burn_tensor::{DType, Int, Tensor, TensorCreationOptions, TensorData};
 use ddtree_kernels::KernelOps;
 use ddtree_kernels::nn::Linear;
 use ddtree_weights::{GdnProjectionLayout, Qwen35Config, TensorSource};
@@ -78,7 +78,7 @@ pub(crate) struct GatedDeltaNet<B: KernelOps> {
     eps: f64,
     out_proj: Linear<B>,
     shape: GdnShape,
-    /// Committed recurrent state `[Hv, Dk, Dv]`.
+    /// Committed recurrent state `[Hv, Dk, Dv]`, in f32.
     state: Tensor<B, 3>,
     /// Committed last `K − 1` pre-conv rows `[K − 1, C]`.
     conv_rows: Tensor<B, 2>,
@@ -126,7 +126,12 @@ impl<B: KernelOps> GatedDeltaNet<B> {
             eps: w.eps,
             out_proj: Linear::new(w.linear(&name("out_proj"), hidden, shape.value_width())?),
             shape,
-            state: Tensor::zeros([heads, shape.key_dim, shape.value_dim], device),
+            // f32 whatever the activations' type, as in the reference model: the state then
+            // rounds the same way whether rows arrive one per AR step or as a verified block.
+            state: Tensor::zeros(
+                [heads, shape.key_dim, shape.value_dim],
+                TensorCreationOptions::new(device.clone()).with_dtype(DType::F32),
+            ),
             conv_rows: Tensor::zeros([shape.kernel - 1, c], device),
             pending: None,
         })

@@ -230,7 +230,7 @@ pub fn attention_splits<F: Float, N: Size>(
 /// Whether block row `row` (cache row `prefix_len + row`) sees cache row `key`: the prefix
 /// always, the block by `mode`, both subject to the window.
 #[cube]
-fn sees(
+pub(crate) fn sees(
     bits: &Array<u32>,
     row: usize,
     key: usize,

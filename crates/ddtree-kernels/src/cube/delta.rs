@@ -26,21 +26,23 @@ pub const NO_SLOT: u32 = u32::MAX;
 ///
 /// `q, k: [n, key_heads, dk]` (value head `h` reads key head `h / (heads / key_heads)`),
 /// `v, out: [n, heads, dv]`, `g, beta: [n, heads]`, `state, last: [heads, dk, dv]`, all dense;
-/// `last` receives the state after row `n − 1`. Launch one unit per `(h, j)`.
+/// `last` receives the state after row `n − 1`. The state has its own type `S`: f32 keeps the
+/// recurrence exact across launches (an AR step's state then matches a verify's bit for bit).
+/// Launch one unit per `(h, j)`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn gated_delta_rule<F: Float>(
+pub fn gated_delta_rule<F: Float, S: Float>(
     q: &Array<F>,
     k: &Array<F>,
     v: &Array<F>,
     g: &Array<F>,
     beta: &Array<F>,
-    state: &Array<F>,
+    state: &Array<S>,
     order: &Array<u32>,
     load: &Array<u32>,
     save: &Array<u32>,
     out: &mut Array<F>,
-    last: &mut Array<F>,
+    last: &mut Array<S>,
     n: usize,
     heads: usize,
     key_heads: usize,
@@ -86,7 +88,7 @@ pub fn gated_delta_rule<F: Float>(
                     saved[to as usize * dk + e] = s;
                 }
                 if row + 1 == n {
-                    last[(h * dk + e) * dv + j] = F::cast_from(s);
+                    last[(h * dk + e) * dv + j] = S::cast_from(s);
                 }
             }
             out[(row * heads + h) * dv + j] = F::cast_from(o);

@@ -11,6 +11,7 @@
 pub mod activation;
 pub mod argmax;
 pub mod attention;
+pub mod attention_mma;
 pub mod cache;
 pub mod delta;
 pub mod linear;
@@ -24,7 +25,7 @@ use burn_cubecl::element::{BoolElement, FloatElement, IntElement};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, CubeRuntime};
-use burn_tensor::{Int, Shape, Tensor, TensorPrimitive};
+use burn_tensor::{DType, Int, Shape, Tensor, TensorPrimitive};
 use cubecl::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -338,7 +339,7 @@ where
         let out = contiguous::<R, F, _>(&q, [rows, q_heads, head_dim]);
         // Ancestor bits as little-endian u32 words; the other modes never read the buffer, so
         // one uninitialised word stands in (an allocation, not an upload, per AR step and layer).
-        let (mode, bits, words_per_row, words) = match ctx.visibility {
+        let (mode, bits, words_per_row, bit_words) = match ctx.visibility {
             Visibility::Causal => (attention::CAUSAL, client.empty(size_of::<u32>()), 1, 1),
             Visibility::Full => (attention::FULL, client.empty(size_of::<u32>()), 1, 1),
             Visibility::Tree(bits) => {
@@ -364,16 +365,30 @@ where
         let multiprocessors = multiprocessors(&client);
         let queries = rows * q_heads;
         // Tensor cores from 16 queries per KV head on, when the vectors are 16 bytes wide and
-        // the staged tiles fit in shared memory.
-        let tiles = rows * group >= 16
+        // the staged keys fit in shared memory: `mma.sync` with fragments in registers up to
+        // head_dim 128, WMMA tiles beyond.
+        let max_shared = client.properties().hardware.max_shared_memory_size;
+        let blocks_of_rows = rows * group >= 16 && width * size_of::<F>() == 16;
+        let mma = blocks_of_rows
+            && head_dim.is_multiple_of(32)
+            && head_dim <= attention_mma::MMA_MAX_HEAD_DIM
+            && size_of::<F>() == 2
+            && has_mma::<R, F>(&client)
+            && has_ldmatrix::<R, F>(&client)
+            && attention_mma::mma_shared_bytes(head_dim, size_of::<F>()) <= max_shared;
+        let tiles = !mma
+            && blocks_of_rows
             && head_dim.is_multiple_of(16)
-            && width * size_of::<F>() == 16
             && has_tensor_tiles::<R, F>(&client)
-            && attention::tiles_shared_bytes(head_dim, size_of::<F>())
-                <= client.properties().hardware.max_shared_memory_size;
+            && attention::tiles_shared_bytes(head_dim, size_of::<F>()) <= max_shared;
         // Blocks of queries per KV head, and enough splits of the keys to give every
         // multiprocessor about two cubes.
-        let (step, row_blocks) = if tiles {
+        let (step, row_blocks) = if mma {
+            (
+                attention_mma::MMA_KEYS,
+                (rows * group).div_ceil(attention_mma::MMA_QUERIES),
+            )
+        } else if tiles {
             (
                 attention::TILE_KEYS,
                 (rows * group).div_ceil(attention::TILE_QUERIES),
@@ -386,11 +401,13 @@ where
             );
             (plane, rows.div_ceil(max_queries / group))
         };
-        // Tensor-core cubes are long and fit two per multiprocessor: at most one wave of them (a
-        // second, partial wave cost up to half the launch at B = 64); the others, at least one.
+        // Tensor-core cubes are long and fit two per multiprocessor (`attention_mma`: 221
+        // registers per unit; `attention_tiles`: 97 registers and 74 KB of shared memory): at
+        // most one wave of them (a second, partial wave cost up to half the launch at B = 64);
+        // the others, at least one wave.
         let steps = kv_len.div_ceil(step);
         let blocks = kv_heads * row_blocks;
-        let wanted = if tiles {
+        let wanted = if mma || tiles {
             (2 * multiprocessors) / blocks
         } else {
             (2 * multiprocessors).div_ceil(blocks)
@@ -402,20 +419,18 @@ where
         let part_acc = contiguous::<R, f32, _>(&q, [partials, head_dim]);
         let part_ml = contiguous::<R, f32, _>(&q, [partials, 2]);
         let cubes = CubeCount::Static(kv_heads as u32, splits as u32, row_blocks as u32);
-        // SAFETY: `bits` holds `words` u32 words.
-        let bits = unsafe { ArrayArg::from_raw_parts(bits, words) };
-        // SAFETY: q/out are `[rows, q_heads, head_dim]`, k/v `[kv_heads, capacity, head_dim]`,
-        // q/out dense, k/v with a dense last dimension and strides that are multiples of the
-        // vector width; the block rows lie in the cache; the partial buffers hold
-        // `splits · rows · q_heads` entries when there is more than one split.
-        unsafe {
-            if tiles {
-                attention::attention_tiles::launch_unchecked::<F, R>(
+        // SAFETY: `bits` holds `bit_words` u32 words.
+        let bits = unsafe { ArrayArg::from_raw_parts(bits, bit_words) };
+        // The two tensor-core kernels take the same arguments but for `q` (32-bit words for
+        // `mma.sync` fragments) and their planes per cube.
+        macro_rules! launch_tensor_core_attention {
+            ($($kernel:ident)::+, $q:expr, $planes:expr) => {
+                $($kernel)::+::launch_unchecked::<F, R>(
                     &client,
                     cubes,
-                    CubeDim::new_2d(32, attention::TILE_PLANES as u32),
+                    CubeDim::new_2d(32, $planes as u32),
                     width,
-                    array(&q),
+                    $q,
                     view_array(&k),
                     view_array(&v),
                     bits,
@@ -435,7 +450,22 @@ where
                     kv_heads,
                     head_dim,
                     mode,
+                )
+            };
+        }
+        // SAFETY: q/out are `[rows, q_heads, head_dim]`, k/v `[kv_heads, capacity, head_dim]`,
+        // q/out dense, k/v with a dense last dimension and strides that are multiples of the
+        // vector width; the block rows lie in the cache; the partial buffers hold
+        // `splits · rows · q_heads` entries when there is more than one split.
+        unsafe {
+            if mma {
+                launch_tensor_core_attention!(
+                    attention_mma::attention_mma,
+                    words(&q),
+                    attention_mma::MMA_QUERY_PLANES
                 );
+            } else if tiles {
+                launch_tensor_core_attention!(attention::attention_tiles, array(&q), attention::TILE_PLANES);
             } else {
                 attention::attention_splits::launch_unchecked::<F, R>(
                     &client,
@@ -534,44 +564,84 @@ where
         if n == 0 || walk.slots > DELTA_MAX_SLOTS || !heads.is_multiple_of(key_heads) {
             return crate::reference::gated_delta_rule(q, k, v, g, beta, state, parents);
         }
-        let (q, k, v, g, beta, state) = (cube(q), cube(k), cube(v), cube(g), cube(beta), cube(state));
-        let client = q.client.clone();
-        let out = contiguous::<R, F, _>(&v, [n, heads, dv]);
-        let last = contiguous::<R, F, _>(&state, [heads, dk, dv]);
-        let upload = |x: &[u32]| {
-            let handle = client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(x));
-            // SAFETY: the handle holds `x.len()` u32 values.
-            unsafe { ArrayArg::from_raw_parts(handle, x.len()) }
+        let inputs = [cube(q), cube(k), cube(v), cube(g), cube(beta)];
+        let state = cube(state);
+        let shape = DeltaShape {
+            n,
+            heads,
+            key_heads,
+            dk,
+            dv,
         };
-        let (count, dim) = elementwise_grid(heads * dv);
-        // SAFETY: dense inputs of the documented shapes, a walk of `n` rows whose slots are
-        // below `slots`, dense outputs.
-        unsafe {
-            delta::gated_delta_rule::launch_unchecked::<F, R>(
-                &client,
-                count,
-                dim,
-                array(&q),
-                array(&k),
-                array(&v),
-                array(&g),
-                array(&beta),
-                array(&state),
-                upload(&walk.order),
-                upload(&walk.load),
-                upload(&walk.save),
-                array(&out),
-                array(&last),
-                n,
-                heads,
-                key_heads,
-                dv,
-                dk,
-                walk.slots.next_power_of_two(),
-            );
-        }
+        let (out, last) = if state.dtype == DType::F32 {
+            delta_rule::<R, F, f32>(inputs, state, &walk, shape)
+        } else {
+            delta_rule::<R, F, F>(inputs, state, &walk, shape)
+        };
         (float(out), float(last))
     }
+}
+
+/// The sizes of a [`delta::gated_delta_rule()`] launch.
+#[derive(Clone, Copy)]
+struct DeltaShape {
+    n: usize,
+    heads: usize,
+    key_heads: usize,
+    dk: usize,
+    dv: usize,
+}
+
+/// [`delta::gated_delta_rule()`] over `[q, k, v, g, beta]` from `state` (of type `S`) along
+/// `walk`: every row's output and the last row's state.
+fn delta_rule<R: CubeRuntime, F: FloatElement, S: FloatElement>(
+    [q, k, v, g, beta]: [CubeTensor<R>; 5],
+    state: CubeTensor<R>,
+    walk: &delta::Walk,
+    DeltaShape {
+        n,
+        heads,
+        key_heads,
+        dk,
+        dv,
+    }: DeltaShape,
+) -> (CubeTensor<R>, CubeTensor<R>) {
+    let client = q.client.clone();
+    let out = contiguous::<R, F, _>(&v, [n, heads, dv]);
+    let last = contiguous::<R, S, _>(&state, [heads, dk, dv]);
+    let upload = |x: &[u32]| {
+        let handle = client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(x));
+        // SAFETY: the handle holds `x.len()` u32 values.
+        unsafe { ArrayArg::from_raw_parts(handle, x.len()) }
+    };
+    let (count, dim) = elementwise_grid(heads * dv);
+    // SAFETY: dense inputs of the documented shapes, a walk of `n` rows whose slots are below
+    // `slots`, dense outputs; `state` holds `S` values.
+    unsafe {
+        delta::gated_delta_rule::launch_unchecked::<F, S, R>(
+            &client,
+            count,
+            dim,
+            array(&q),
+            array(&k),
+            array(&v),
+            array(&g),
+            array(&beta),
+            array(&state),
+            upload(&walk.order),
+            upload(&walk.load),
+            upload(&walk.save),
+            array(&out),
+            array(&last),
+            n,
+            heads,
+            key_heads,
+            dv,
+            dk,
+            walk.slots.next_power_of_two(),
+        );
+    }
+    (out, last)
 }
 
 /// Saved columns [`delta::gated_delta_rule()`] keeps per unit: one per branching row on a path
@@ -835,6 +905,12 @@ fn has_mma<R: CubeRuntime, F: FloatElement>(client: &ComputeClient<R>) -> bool {
     client.properties().hardware.plane_size_max == 32
         && features.matmul.mma.contains(&mma)
         && features.copy_async
+}
+
+/// Whether the device loads `F` fragments from shared memory with `ldmatrix` (CUDA from sm_75).
+fn has_ldmatrix<R: CubeRuntime, F: FloatElement>(client: &ComputeClient<R>) -> bool {
+    let elem = F::as_type_native_unchecked().storage_type();
+    client.features().matmul.ldmatrix.contains(&elem)
 }
 
 /// An `m × n × k` matrix product of `F` inputs into f32 accumulators.

@@ -4,7 +4,7 @@
 // "f16" tensors are silently f32 and the f16 kernels read them wrongly.)
 
 use burn_ndarray::NdArray;
-use burn_tensor::{Int, Tensor, TensorData};
+use burn_tensor::{FloatDType, Int, Tensor, TensorData};
 use burn_wgpu::WgpuDevice;
 use ddtree_kernels::{KernelOps, host_f32, host_ids};
 use rand::rngs::StdRng;
@@ -514,5 +514,48 @@ fn gated_delta_rule_matches_reference() {
         assert!(err < TOL, "{NAME} gated_delta_rule {case}: outputs, error {err}");
         let err = max_rel_err(&got_last, &host_f32(want_last));
         assert!(err < TOL, "{NAME} gated_delta_rule {case}: last state, error {err}");
+    }
+}
+
+/// With an f32 state (as the models keep it), the gated delta rule gives the same bits whether a
+/// sequence arrives in one call, in drafter-sized blocks or one row per call (AR steps): the
+/// recurrence never rounds the state to the activations' type between calls, so AR decoding and
+/// speculative verify/commit see identical states.
+#[test]
+fn gated_delta_rule_state_is_independent_of_grouping() {
+    let device = gpu();
+    let (n, key_heads, heads, dk, dv) = (40, 2, 4, 32, 16);
+    let q = unit_rows(51, n * key_heads, dk);
+    let k = unit_rows(52, n * key_heads, dk);
+    let v = values(53, n * heads * dv, 1.0);
+    let g: Vec<f32> = values(54, n * heads, 0.5).iter().map(|x| x - 0.5).collect();
+    let beta: Vec<f32> = values(55, n * heads, 0.5).iter().map(|x| x + 0.5).collect();
+    let state = values(56, heads * dk * dv, 1.0);
+    // Rows `from..to` as one call continuing `state`: outputs and the state after `to − 1`.
+    let run = |from: usize, to: usize, state: Tensor<Gpu, 3>| {
+        let m = to - from;
+        let chain: Vec<i32> = (-1..m as i32 - 1).collect();
+        Gpu::gated_delta_rule(
+            tensor(&q[from * key_heads * dk..to * key_heads * dk], [m, key_heads, dk], &device),
+            tensor(&k[from * key_heads * dk..to * key_heads * dk], [m, key_heads, dk], &device),
+            tensor(&v[from * heads * dv..to * heads * dv], [m, heads, dv], &device),
+            tensor(&g[from * heads..to * heads], [m, heads], &device),
+            tensor(&beta[from * heads..to * heads], [m, heads], &device),
+            state,
+            &chain,
+        )
+    };
+    let start = || tensor::<Gpu, 3>(&state, [heads, dk, dv], &device).cast(FloatDType::F32);
+    let (whole_out, whole_last) = run(0, n, start());
+    let (whole_out, whole_last) = (host_f32(whole_out), host_f32(whole_last));
+    for block in [16, 1] {
+        let (mut outs, mut last) = (Vec::new(), start());
+        for from in (0..n).step_by(block) {
+            let (out, next) = run(from, (from + block).min(n), last);
+            outs.extend(host_f32(out));
+            last = next;
+        }
+        assert_eq!(outs, whole_out, "{NAME}: outputs differ with {block}-row calls");
+        assert_eq!(host_f32(last), whole_last, "{NAME}: state differs with {block}-row calls");
     }
 }

@@ -1,0 +1,407 @@
+//! Attention of a block of rows (tree verify, drafter blocks) on tensor cores with `mma.sync`
+//! m16n8k16 and register-resident fragments, flash-attention style: scores, softmax weights and
+//! the output accumulator never leave the registers. Same arguments and outputs as
+//! [`super::attention::attention_tiles()`], which it replaces where the head dimension allows.
+//! Reference: [`crate::reference::cached_attention`].
+
+use cubecl::prelude::barrier::{Barrier, copy_async};
+use cubecl::prelude::*;
+
+use super::attention::sees;
+
+/// Planes per cube of [`attention_mma()`], each with 16 queries of the cube's KV head.
+pub const MMA_QUERY_PLANES: usize = 4;
+/// Queries per cube of [`attention_mma()`].
+pub const MMA_QUERIES: usize = 16 * MMA_QUERY_PLANES;
+/// Keys per step of [`attention_mma()`].
+pub const MMA_KEYS: usize = 64;
+/// The largest head dimension [`attention_mma()`] takes: its output accumulator (`head_dim / 2`
+/// f32 per lane) and query fragments (`head_dim / 4` words) live in registers.
+pub const MMA_MAX_HEAD_DIM: usize = 128;
+
+/// Shared memory of an [`attention_mma()`] cube for `head_dim` and `elem`-byte floats: two
+/// slots of [`MMA_KEYS`] keys and values, rows padded by 16 bytes.
+pub fn mma_shared_bytes(head_dim: usize, elem: usize) -> usize {
+    2 * 2 * MMA_KEYS * (head_dim * elem + 16)
+}
+
+/// Attention over the committed prefix plus the block's rows for one KV head, [`MMA_QUERIES`]
+/// of its queries (numbered `j = row · group + head_in_group`, as in
+/// [`super::attention::attention_tiles()`]) and one split of the keys, walked [`MMA_KEYS`] at a
+/// time.
+///
+/// Each plane holds the `Q` fragments of its 16 queries for the whole walk (read once from `q`,
+/// passed as 32-bit words). A step's keys and values are copied asynchronously (`cp.async`) into
+/// one of two shared-memory slots while the other is consumed; one barrier per slot both waits
+/// for the bytes and tells that every unit has finished the slot's previous step (the pattern of
+/// [`super::linear::linear_mma()`]). Per step and plane: `S = Q·Kᵀ` (16 × 64, K fragments by
+/// `ldmatrix`), the online softmax on the accumulator fragments themselves — a lane holds two
+/// query rows (`g`, `g + 8`, `g = lane / 4`), the four lanes of a row meet by shuffles — and
+/// `O += P·V`, where the score accumulators of two key tiles are exactly the `P` fragment of one
+/// k-step and the V fragments come transposed by `ldmatrix.trans`. Each weight is the sum of two
+/// `F` values (two MMAs), so that `P·V` is as exact as the f32 sums of
+/// [`super::attention::attention_splits()`], which AR uses. Keys past the split's end are
+/// copied from its last key (finite values) and masked.
+///
+/// Launch with `CubeCount = (kv_heads, splits, ⌈rows · group / MMA_QUERIES⌉)`,
+/// `CubeDim = (32, MMA_QUERY_PLANES)`, `N` 16 bytes of `F` (a 2-byte float), `head_dim` a
+/// multiple of 32 up to [`MMA_MAX_HEAD_DIM`], `keys_per_split` a multiple of [`MMA_KEYS`].
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn attention_mma<F: Float, N: Size>(
+    q: &Array<u32>,
+    k: &Array<Vector<F, N>>,
+    v: &Array<Vector<F, N>>,
+    bits: &Array<u32>,
+    out: &mut Array<F>,
+    part_acc: &mut Array<f32>,
+    part_ml: &mut Array<f32>,
+    head_stride: usize,
+    row_stride: usize,
+    prefix_len: usize,
+    rows: usize,
+    words: usize,
+    window: usize,
+    scale: f32,
+    keys_per_split: usize,
+    splits: usize,
+    #[comptime] q_heads: usize,
+    #[comptime] kv_heads: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] mode: u32,
+) {
+    let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
+    let size!(NA) = def.vector_size(cmma::MatrixIdent::A);
+    let size!(NC) = def.vector_size(cmma::MatrixIdent::Accumulator);
+    let group = comptime!(q_heads / kv_heads);
+    let vec = N::value();
+    let head_vecs = comptime!(head_dim / vec);
+    let pitch = comptime!(head_vecs + 1);
+    let slot = comptime!(MMA_KEYS * pitch);
+    let d_steps = comptime!(head_dim / 16);
+    let d_tiles = comptime!(head_dim / 8);
+    let key_tiles = comptime!(MMA_KEYS / 8);
+    let units = comptime!(32 * MMA_QUERY_PLANES);
+
+    let kv_head = CUBE_POS_X as usize;
+    let split = CUBE_POS_Y as usize;
+    let plane = UNIT_POS_Y as usize;
+    let lane = UNIT_POS_X as usize;
+    let unit = UNIT_POS as usize;
+    let g = lane / 4;
+    let t = lane % 4;
+    let first = CUBE_POS_Z as usize * MMA_QUERIES + plane * 16;
+    let queries = rows * group;
+    let kv_len = prefix_len + rows;
+    let key_start = split * keys_per_split;
+    let key_end = usize::min(kv_len, key_start + keys_per_split);
+    let steps = (key_end - key_start).div_ceil(MMA_KEYS);
+    let kv_base = kv_head * head_stride / vec;
+    let row_vecs = row_stride / vec;
+
+    // The plane's query fragments: k-step `s` holds rows g / g + 8 at dims 16s + 2t (+ 8).
+    let mut qf = Sequence::<Array<Vector<F, NA>>>::new();
+    #[unroll]
+    for _ in 0..d_steps {
+        qf.push(Array::<Vector<F, NA>>::new(4usize));
+    }
+    #[unroll]
+    for h in 0..2usize {
+        let j = first + g + comptime!(8 * h);
+        let mut base = 0usize;
+        if j < queries {
+            base = ((j / group) * q_heads + kv_head * group + j % group) * comptime!(head_dim / 2);
+        }
+        #[unroll]
+        for s in 0..d_steps {
+            #[unroll]
+            for half in 0..2usize {
+                let mut word = 0u32;
+                if j < queries {
+                    word = q[base + comptime!(8 * s + 4 * half) + t];
+                }
+                qf.index_mut(s)[comptime!(2 * half + h)] = Vector::<F, NA>::reinterpret(word);
+            }
+        }
+    }
+    let mut acc_o = Sequence::<Array<Vector<f32, NC>>>::new();
+    #[unroll]
+    for _ in 0..d_tiles {
+        let mut acc = Array::<Vector<f32, NC>>::new(2usize);
+        acc[0] = Vector::<f32, NC>::new(0.0);
+        acc[1] = Vector::<f32, NC>::new(0.0);
+        acc_o.push(acc);
+    }
+    // Rows g and g + 8: running maximum, and this lane's share of the running sum.
+    let mut m = Array::<f32>::new(2usize);
+    let mut l = Array::<f32>::new(2usize);
+    #[unroll]
+    for h in 0..2usize {
+        m[h] = f32::min_value();
+        l[h] = 0.0f32;
+    }
+
+    let mut k_s = SharedMemory::<Vector<F, N>>::new_aligned(comptime!(2 * slot), 16usize);
+    let mut v_s = SharedMemory::<Vector<F, N>>::new_aligned(comptime!(2 * slot), 16usize);
+    let mut barriers = Sequence::<Shared<Barrier>>::new();
+    #[unroll]
+    for _ in 0..2usize {
+        barriers.push(Barrier::shared(CUBE_DIM, UNIT_POS == 0));
+    }
+
+    copy_keys::<F, N>(
+        k, v, &mut k_s, &mut v_s, 0usize, key_start, key_end, kv_base, row_vecs, unit, head_vecs, units,
+    );
+    barriers.index(0usize).commit_copy_async();
+
+    let mut base_step = 0usize;
+    while base_step < steps {
+        #[unroll]
+        for s in 0..2usize {
+            let step = base_step + s;
+            if step < steps {
+                barriers.index(s).arrive_and_wait();
+                // Every unit is past the previous step: its slot takes the next step's keys.
+                if step + 1 < steps {
+                    let other = comptime!(1 - s);
+                    copy_keys::<F, N>(
+                        k,
+                        v,
+                        &mut k_s,
+                        &mut v_s,
+                        comptime!(other * slot),
+                        key_start + (step + 1) * MMA_KEYS,
+                        key_end,
+                        kv_base,
+                        row_vecs,
+                        unit,
+                        head_vecs,
+                        units,
+                    );
+                    barriers.index(other).commit_copy_async();
+                }
+                let at = comptime!(s * slot);
+                let tile = key_start + step * MMA_KEYS;
+
+                // S = Q·Kᵀ: ldmatrix gives a lane key `g` of a key tile at dims 2t, 2t + 1 of
+                // four 8-dim groups (two k-steps).
+                let mut acc_s = Sequence::<Array<Vector<f32, NC>>>::new();
+                #[unroll]
+                for _ in 0..key_tiles {
+                    let mut acc = Array::<Vector<f32, NC>>::new(2usize);
+                    acc[0] = Vector::<f32, NC>::new(0.0);
+                    acc[1] = Vector::<f32, NC>::new(0.0);
+                    acc_s.push(acc);
+                }
+                #[unroll]
+                for s2 in 0..comptime!(d_steps / 2) {
+                    #[unroll]
+                    for nt in 0..key_tiles {
+                        let row = at + (comptime!(8 * nt) + lane % 8) * pitch + comptime!(4 * s2) + lane / 8;
+                        let kf = def.load_matrix::<Vector<F, N>, NA>(
+                            &k_s.slice(row, row + 1),
+                            cmma::MatrixIdent::B,
+                            4usize,
+                            false,
+                        );
+                        #[unroll]
+                        for half in 0..2usize {
+                            let mut b = Array::<Vector<F, NA>>::new(2usize);
+                            b[0] = kf[comptime!(2 * half)];
+                            b[1] = kf[comptime!(2 * half + 1)];
+                            def.execute_inplace(qf.index(comptime!(2 * s2 + half)), &b, acc_s.index_mut(nt));
+                        }
+                    }
+                }
+
+                // Online softmax on the fragments: element (h, e) of key tile nt is query row
+                // g + 8h, key tile + 8nt + 2t + e.
+                let mut corr = Array::<f32>::new(2usize);
+                #[unroll]
+                for h in 0..2usize {
+                    let j = first + g + comptime!(8 * h);
+                    let row = j / group;
+                    let mut top = f32::min_value();
+                    #[unroll]
+                    for nt in 0..key_tiles {
+                        let mut scores = acc_s.index(nt)[h];
+                        #[unroll]
+                        for e in 0..2usize {
+                            let key = tile + comptime!(8 * nt + e) + 2 * t;
+                            let mut visible = j < queries && key < key_end;
+                            if visible {
+                                visible = sees(bits, row, key, prefix_len, words, window, mode);
+                            }
+                            // Hidden keys score `f32::min_value()`, below any real score.
+                            scores[e] = select(visible, scores[e] * scale, f32::min_value());
+                            top = f32::max(top, scores[e]);
+                        }
+                        acc_s.index_mut(nt)[h] = scores;
+                    }
+                    top = f32::max(top, plane_shuffle_xor(top, 1u32));
+                    top = f32::max(top, plane_shuffle_xor(top, 2u32));
+                    let m_new = f32::max(m[h], top);
+                    corr[h] = f32::exp(m[h] - m_new);
+                    m[h] = m_new;
+                    let mut sum = 0.0f32;
+                    #[unroll]
+                    for nt in 0..key_tiles {
+                        let mut weights = acc_s.index(nt)[h];
+                        #[unroll]
+                        for e in 0..2usize {
+                            let w = select(
+                                weights[e] > f32::min_value(),
+                                f32::exp(weights[e] - m_new),
+                                0.0f32,
+                            );
+                            weights[e] = w;
+                            sum += w;
+                        }
+                        acc_s.index_mut(nt)[h] = weights;
+                    }
+                    l[h] = l[h] * corr[h] + sum;
+                }
+                #[unroll]
+                for dt in 0..d_tiles {
+                    #[unroll]
+                    for h in 0..2usize {
+                        let scaled = acc_o.index(dt)[h] * Vector::<f32, NC>::new(corr[h]);
+                        acc_o.index_mut(dt)[h] = scaled;
+                    }
+                }
+
+                // O += P·V: key tiles 2kk and 2kk + 1 are the P fragment of k-step kk, split into
+                // high and low `F` parts; ldmatrix.trans gives V at keys 2t, 2t + 1 (+ 8) of a dim.
+                #[unroll]
+                for kk in 0..comptime!(MMA_KEYS / 16) {
+                    let mut p_hi = Array::<Vector<F, NA>>::new(4usize);
+                    let mut p_lo = Array::<Vector<F, NA>>::new(4usize);
+                    #[unroll]
+                    for i in 0..4usize {
+                        let w = acc_s.index(comptime!(2 * kk + i / 2))[comptime!(i % 2)];
+                        let mut hi = Vector::<F, NA>::empty();
+                        let mut lo = Vector::<F, NA>::empty();
+                        #[unroll]
+                        for e in 0..2usize {
+                            let high = F::cast_from(w[e]);
+                            hi[e] = high;
+                            lo[e] = F::cast_from(w[e] - f32::cast_from(high));
+                        }
+                        p_hi[i] = hi;
+                        p_lo[i] = lo;
+                    }
+                    #[unroll]
+                    for dp in 0..comptime!(d_tiles / 2) {
+                        let key = comptime!(16 * kk) + ((lane / 8) % 2) * 8 + lane % 8;
+                        let row = at + key * pitch + comptime!(2 * dp) + lane / 16;
+                        let vf = def.load_matrix::<Vector<F, N>, NA>(
+                            &v_s.slice(row, row + 1),
+                            cmma::MatrixIdent::B,
+                            4usize,
+                            true,
+                        );
+                        #[unroll]
+                        for half in 0..2usize {
+                            let mut b = Array::<Vector<F, NA>>::new(2usize);
+                            b[0] = vf[comptime!(2 * half)];
+                            b[1] = vf[comptime!(2 * half + 1)];
+                            def.execute_inplace(&p_hi, &b, acc_o.index_mut(comptime!(2 * dp + half)));
+                            def.execute_inplace(&p_lo, &b, acc_o.index_mut(comptime!(2 * dp + half)));
+                        }
+                    }
+                }
+            }
+        }
+        base_step += 2;
+    }
+
+    // The row sums over the four lanes of each row, then the output or the split's partials.
+    #[unroll]
+    for h in 0..2usize {
+        let mut sum = l[h];
+        sum += plane_shuffle_xor(sum, 1u32);
+        sum += plane_shuffle_xor(sum, 2u32);
+        l[h] = sum;
+    }
+    #[unroll]
+    for h in 0..2usize {
+        let j = first + g + comptime!(8 * h);
+        if j < queries {
+            let query = (j / group) * q_heads + kv_head * group + j % group;
+            #[unroll]
+            for dt in 0..d_tiles {
+                let o = acc_o.index(dt)[h];
+                #[unroll]
+                for e in 0..2usize {
+                    let d = comptime!(8 * dt + e) + 2 * t;
+                    if splits == 1 {
+                        out[query * head_dim + d] = F::cast_from(o[e] / l[h]);
+                    } else {
+                        part_acc[(split * rows * q_heads + query) * head_dim + d] = o[e];
+                    }
+                }
+            }
+            if splits > 1 && t == 0 {
+                part_ml[2 * (split * rows * q_heads + query)] = m[h];
+                part_ml[2 * (split * rows * q_heads + query) + 1] = l[h];
+            }
+        }
+    }
+}
+
+/// A unit's share of one step's keys and values for [`attention_mma()`], copied asynchronously
+/// into the slot at `at`; keys past `key_end` repeat the last key (their scores are masked).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn copy_keys<F: Float, N: Size>(
+    k: &Array<Vector<F, N>>,
+    v: &Array<Vector<F, N>>,
+    k_s: &mut SharedMemory<Vector<F, N>>,
+    v_s: &mut SharedMemory<Vector<F, N>>,
+    at: usize,
+    tile: usize,
+    key_end: usize,
+    kv_base: usize,
+    row_vecs: usize,
+    unit: usize,
+    #[comptime] head_vecs: usize,
+    #[comptime] units: usize,
+) {
+    let pitch = comptime!(head_vecs + 1);
+    let vec = N::value();
+    #[unroll]
+    for i in 0..comptime!((MMA_KEYS * head_vecs).div_ceil(units)) {
+        let e = i * units + unit;
+        if e < comptime!(MMA_KEYS * head_vecs) {
+            let key = usize::min(tile + e / head_vecs, key_end - 1);
+            let from = kv_base + key * row_vecs + e % head_vecs;
+            let to = at + (e / head_vecs) * pitch + e % head_vecs;
+            copy_async(
+                &k.slice(from, from + 1),
+                &mut k_s.slice_mut(to, to + 1),
+                comptime!(vec as u32),
+            );
+            copy_async(
+                &v.slice(from, from + 1),
+                &mut v_s.slice_mut(to, to + 1),
+                comptime!(vec as u32),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A k-step of `P·V` pairs two 8-key score tiles, and two cubes of Qwen3's head size
+    /// (128) fit an H100/H200's 227 KB of shared memory.
+    #[test]
+    fn mma_constants_agree() {
+        assert_eq!(MMA_KEYS % 16, 0);
+        assert_eq!(MMA_QUERIES, 16 * MMA_QUERY_PLANES);
+        assert_eq!(MMA_MAX_HEAD_DIM % 32, 0);
+        let bytes = mma_shared_bytes(MMA_MAX_HEAD_DIM, 2);
+        assert!(2 * bytes <= 227 * 1024, "{bytes}");
+    }
+}
