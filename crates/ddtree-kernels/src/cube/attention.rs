@@ -473,7 +473,7 @@ pub fn attention_tiles<F: Float, N: Size>(
                 for u in 0..comptime!(TILE_KEYS / 32) {
                     let weight = select(scores[u] > f32::min_value(), f32::exp(scores[u] - m_new), 0.0f32);
                     // The weight as a sum of two `F` values, so that `P·V` loses no more than the
-                    // f32 sums of `attention_splits` (which AR uses: the two paths agree).
+                    // f32 sums of `attention_splits` (AR's kernel where `attention_mma` cannot run).
                     let high = F::cast_from(weight);
                     p_s[i * p_pitch + u * 32 + lane] = high;
                     p_lo[i * p_pitch + u * 32 + lane] = F::cast_from(weight - f32::cast_from(high));

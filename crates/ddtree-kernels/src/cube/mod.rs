@@ -364,12 +364,14 @@ where
         let kv_len = ctx.prefix_len + rows;
         let multiprocessors = multiprocessors(&client);
         let queries = rows * q_heads;
-        // Tensor cores from 16 queries per KV head on, when the vectors are 16 bytes wide and
-        // the staged keys fit in shared memory: `mma.sync` with fragments in registers up to
-        // head_dim 128, WMMA tiles beyond.
+        // Tensor cores when the vectors are 16 bytes wide and the staged keys fit in shared
+        // memory: `mma.sync` with fragments in registers up to head_dim 128 for every block —
+        // an AR step's four queries per KV head fill a quarter of a plane's 16 rows, but what
+        // its attention costs is reading the keys and values, which this kernel streams with
+        // `cp.async` — and WMMA tiles beyond, from 16 queries per KV head on.
         let max_shared = client.properties().hardware.max_shared_memory_size;
-        let blocks_of_rows = rows * group >= 16 && width * size_of::<F>() == 16;
-        let mma = blocks_of_rows
+        let wide = width * size_of::<F>() == 16;
+        let mma = wide
             && head_dim.is_multiple_of(32)
             && head_dim <= attention_mma::MMA_MAX_HEAD_DIM
             && size_of::<F>() == 2
@@ -377,7 +379,8 @@ where
             && has_ldmatrix::<R, F>(&client)
             && attention_mma::mma_shared_bytes(head_dim, size_of::<F>()) <= max_shared;
         let tiles = !mma
-            && blocks_of_rows
+            && wide
+            && rows * group >= 16
             && head_dim.is_multiple_of(16)
             && has_tensor_tiles::<R, F>(&client)
             && attention::tiles_shared_bytes(head_dim, size_of::<F>()) <= max_shared;
