@@ -1,9 +1,9 @@
-//! Attention of a block of rows (tree verify, drafter blocks) on tensor cores with `mma.sync`
-//! m16n8k16 and register-resident fragments, flash-attention style: scores, softmax weights and
-//! the output accumulator never leave the registers. Same arguments and outputs as
-//! [`super::attention::attention_tiles()`], which it replaces where the head dimension allows;
-//! it also runs AR steps (four queries per KV head fill a quarter of a plane's rows, but what
-//! their attention costs is the keys and values it streams), so AR and verify share one kernel.
+//! Attention of a block of rows (tree verify, drafter blocks, AR steps) on tensor cores with
+//! `mma.sync` m16n8k16 and register-resident fragments, flash-attention style: scores, softmax
+//! weights and the output accumulator never leave the registers. Same arguments and outputs as
+//! [`super::attention::attention_tiles()`], which it replaces where the head dimension allows.
+//! AR's four queries per KV head fill a quarter of a plane's rows, but what their attention
+//! costs is the keys and values it streams; so AR and verify share one kernel.
 //! Reference: [`crate::reference::cached_attention`].
 
 use cubecl::prelude::barrier::{Barrier, copy_async};
@@ -42,8 +42,8 @@ pub fn mma_shared_bytes(head_dim: usize, elem: usize) -> usize {
 /// `O += P·V`, where the score accumulators of two key tiles are exactly the `P` fragment of one
 /// k-step and the V fragments come transposed by `ldmatrix.trans`. Each weight is the sum of two
 /// `F` values (two MMAs), so that `P·V` is as exact as the f32 sums of
-/// [`super::attention::attention_splits()`]. Keys past the split's end are
-/// copied from its last key (finite values) and masked.
+/// [`super::attention::attention_splits()`]. Keys past the split's end are copied from its last
+/// key (finite values) and masked.
 ///
 /// Launch with `CubeCount = (kv_heads, splits, ⌈rows · group / MMA_QUERIES⌉)`,
 /// `CubeDim = (32, MMA_QUERY_PLANES)`, `N` 16 bytes of `F` (a 2-byte float), `head_dim` a
