@@ -563,8 +563,14 @@ where
         let [_, heads, dv] = v.dims();
         let walk = delta::depth_first(parents);
         // Saved columns per unit, in powers of two so that few kernel variants compile; trees
-        // that branch deeper (never drafted) go to the reference.
-        if n == 0 || walk.slots > DELTA_MAX_SLOTS || !heads.is_multiple_of(key_heads) {
+        // that branch deeper (never drafted) go to the reference, as do states neither in f32
+        // (as the models keep them) nor in the activations' type.
+        let state_type = state.dtype();
+        if n == 0
+            || walk.slots > DELTA_MAX_SLOTS
+            || !heads.is_multiple_of(key_heads)
+            || (state_type != DType::F32 && state_type != F::dtype())
+        {
             return crate::reference::gated_delta_rule(q, k, v, g, beta, state, parents);
         }
         let inputs = [cube(q), cube(k), cube(v), cube(g), cube(beta)];
@@ -576,7 +582,7 @@ where
             dk,
             dv,
         };
-        let (out, last) = if state.dtype == DType::F32 {
+        let (out, last) = if state_type == DType::F32 {
             delta_rule::<R, F, f32>(inputs, state, &walk, shape)
         } else {
             delta_rule::<R, F, F>(inputs, state, &walk, shape)
