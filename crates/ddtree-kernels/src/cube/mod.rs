@@ -339,17 +339,22 @@ where
         let out = contiguous::<R, F, _>(&q, [rows, q_heads, head_dim]);
         // Ancestor bits as little-endian u32 words; the other modes never read the buffer, so
         // one uninitialised word stands in (an allocation, not an upload, per AR step and layer).
-        let (mode, bits, words_per_row, bit_words) = match ctx.visibility {
-            Visibility::Causal => (attention::CAUSAL, client.empty(size_of::<u32>()), 1, 1),
-            Visibility::Full => (attention::FULL, client.empty(size_of::<u32>()), 1, 1),
+        // SAFETY: the allocation holds the one word the argument spans.
+        let unread = || unsafe { ArrayArg::from_raw_parts(client.empty(size_of::<u32>()), 1) };
+        let (mode, bits, words_per_row) = match ctx.visibility {
+            Visibility::Causal => (attention::CAUSAL, unread(), 1),
+            Visibility::Full => (attention::FULL, unread(), 1),
             Visibility::Tree(bits) => {
                 let words32: Vec<u32> = bits
                     .words()
                     .iter()
                     .flat_map(|&w| [w as u32, (w >> 32) as u32])
                     .collect();
-                let handle = client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(&words32));
-                (attention::TREE, handle, 2 * bits.words_per_row(), words32.len())
+                (
+                    attention::TREE,
+                    upload_words(&client, &words32),
+                    2 * bits.words_per_row(),
+                )
             }
         };
         let plane = client.properties().hardware.plane_size_max as usize;
@@ -422,8 +427,6 @@ where
         let part_acc = contiguous::<R, f32, _>(&q, [partials, head_dim]);
         let part_ml = contiguous::<R, f32, _>(&q, [partials, 2]);
         let cubes = CubeCount::Static(kv_heads as u32, splits as u32, row_blocks as u32);
-        // SAFETY: `bits` holds `bit_words` u32 words.
-        let bits = unsafe { ArrayArg::from_raw_parts(bits, bit_words) };
         // The two tensor-core kernels take the same arguments but for `q` (32-bit words for
         // `mma.sync` fragments) and their planes per cube.
         macro_rules! launch_tensor_core_attention {
@@ -618,11 +621,6 @@ fn delta_rule<R: CubeRuntime, F: FloatElement, S: FloatElement>(
     let client = q.client.clone();
     let out = contiguous::<R, F, _>(&v, [n, heads, dv]);
     let last = contiguous::<R, S, _>(&state, [heads, dk, dv]);
-    let upload = |x: &[u32]| {
-        let handle = client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(x));
-        // SAFETY: the handle holds `x.len()` u32 values.
-        unsafe { ArrayArg::from_raw_parts(handle, x.len()) }
-    };
     let (count, dim) = elementwise_grid(heads * dv);
     // SAFETY: dense inputs of the documented shapes, a walk of `n` rows whose slots are below
     // `slots`, dense outputs; `state` holds `S` values.
@@ -637,9 +635,9 @@ fn delta_rule<R: CubeRuntime, F: FloatElement, S: FloatElement>(
             array(&g),
             array(&beta),
             array(&state),
-            upload(&walk.order),
-            upload(&walk.load),
-            upload(&walk.save),
+            upload_words(&client, &walk.order),
+            upload_words(&client, &walk.load),
+            upload_words(&client, &walk.save),
             array(&out),
             array(&last),
             n,
@@ -973,6 +971,13 @@ fn contiguous<R: CubeRuntime, E: CubeElement, const D: usize>(
 fn array<R: CubeRuntime>(t: &CubeTensor<R>) -> ArrayArg<R> {
     // SAFETY: callers pass contiguous tensors, whose buffer holds exactly `num_elements`.
     unsafe { ArrayArg::from_raw_parts(t.handle.clone(), t.meta.num_elements()) }
+}
+
+/// `words` uploaded to the device as an array argument.
+fn upload_words<R: CubeRuntime>(client: &ComputeClient<R>, words: &[u32]) -> ArrayArg<R> {
+    let handle = client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(words));
+    // SAFETY: the handle holds `words.len()` u32 values.
+    unsafe { ArrayArg::from_raw_parts(handle, words.len()) }
 }
 
 /// A contiguous tensor of 2-byte floats as an array of 32-bit words (pairs of values).
