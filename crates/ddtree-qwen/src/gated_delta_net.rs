@@ -4,7 +4,8 @@
 //! β gates, the gated delta rule, a gated RMSNorm and the output projection.
 //!
 //! **Caches.** The committed recurrent state `[Hv, Dk, Dv]` (in f32, as the reference model keeps
-//! it) and the last `K − 1` pre-conv rows `[K − 1, C]`. Prefill runs the recurrence along the sequence and commits at once.
+//! it) and the last `K − 1` pre-conv rows `[K − 1, C]`. Prefill runs the recurrence along the
+//! sequence and commits at once.
 //!
 //! **Tree verify** leaves both untouched: every node's conv window is its own pre-conv row and
 //! its nearest `K − 1` ancestors' (falling back to the committed rows), and its recurrent state

@@ -562,8 +562,8 @@ where
         state: Tensor<Self, 3>,
         parents: &[i32],
     ) -> (Tensor<Self, 3>, Tensor<Self, 3>) {
-        let [n, key_heads, dk] = q.dims();
-        let [_, heads, dv] = v.dims();
+        let [n, key_heads, _] = q.dims();
+        let heads = v.dims()[1];
         let walk = delta::depth_first(parents);
         // Saved columns per unit, in powers of two so that few kernel variants compile; trees
         // that branch deeper (never drafted) go to the reference, as do states neither in f32
@@ -578,30 +578,13 @@ where
         }
         let inputs = [cube(q), cube(k), cube(v), cube(g), cube(beta)];
         let state = cube(state);
-        let shape = DeltaShape {
-            n,
-            heads,
-            key_heads,
-            dk,
-            dv,
-        };
         let (out, last) = if state_type == DType::F32 {
-            delta_rule::<R, F, f32>(inputs, state, &walk, shape)
+            delta_rule::<R, F, f32>(inputs, state, &walk)
         } else {
-            delta_rule::<R, F, F>(inputs, state, &walk, shape)
+            delta_rule::<R, F, F>(inputs, state, &walk)
         };
         (float(out), float(last))
     }
-}
-
-/// The sizes of a [`delta::gated_delta_rule()`] launch.
-#[derive(Clone, Copy)]
-struct DeltaShape {
-    n: usize,
-    heads: usize,
-    key_heads: usize,
-    dk: usize,
-    dv: usize,
 }
 
 /// [`delta::gated_delta_rule()`] over `[q, k, v, g, beta]` from `state` (of type `S`) along
@@ -610,14 +593,9 @@ fn delta_rule<R: CubeRuntime, F: FloatElement, S: FloatElement>(
     [q, k, v, g, beta]: [CubeTensor<R>; 5],
     state: CubeTensor<R>,
     walk: &delta::Walk,
-    DeltaShape {
-        n,
-        heads,
-        key_heads,
-        dk,
-        dv,
-    }: DeltaShape,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
+    let [n, key_heads, dk] = q.meta.shape().dims::<3>();
+    let [_, heads, dv] = v.meta.shape().dims::<3>();
     let client = q.client.clone();
     let out = contiguous::<R, F, _>(&v, [n, heads, dv]);
     let last = contiguous::<R, S, _>(&state, [heads, dk, dv]);

@@ -487,19 +487,15 @@ fn gated_delta_rule_matches_reference() {
         let g: Vec<f32> = values(seed + 3, n * heads, 0.5).iter().map(|x| x - 0.5).collect();
         let beta: Vec<f32> = values(seed + 4, n * heads, 0.5).iter().map(|x| x + 0.5).collect();
         let state = values(seed + 5, heads * dk * dv, 1.0);
-        let run = |device: &_| {
-            let (out, last) = Gpu::gated_delta_rule(
-                tensor(&q, [n, key_heads, dk], device),
-                tensor(&k, [n, key_heads, dk], device),
-                tensor(&v, [n, heads, dv], device),
-                tensor(&g, [n, heads], device),
-                tensor(&beta, [n, heads], device),
-                tensor(&state, [heads, dk, dv], device),
-                &parents,
-            );
-            (host_f32(out), host_f32(last))
-        };
-        let (got_out, got_last) = run(&device);
+        let (got_out, got_last) = Gpu::gated_delta_rule(
+            tensor(&q, [n, key_heads, dk], &device),
+            tensor(&k, [n, key_heads, dk], &device),
+            tensor(&v, [n, heads, dv], &device),
+            tensor(&g, [n, heads], &device),
+            tensor(&beta, [n, heads], &device),
+            tensor(&state, [heads, dk, dv], &device),
+            &parents,
+        );
         let cpu = Default::default();
         let (want_out, want_last) = Cpu::gated_delta_rule(
             tensor(&q, [n, key_heads, dk], &cpu),
@@ -510,9 +506,9 @@ fn gated_delta_rule_matches_reference() {
             tensor(&state, [heads, dk, dv], &cpu),
             &parents,
         );
-        let err = max_rel_err(&got_out, &host_f32(want_out));
+        let err = max_rel_err(&host_f32(got_out), &host_f32(want_out));
         assert!(err < TOL, "{NAME} gated_delta_rule {case}: outputs, error {err}");
-        let err = max_rel_err(&got_last, &host_f32(want_last));
+        let err = max_rel_err(&host_f32(got_last), &host_f32(want_last));
         assert!(err < TOL, "{NAME} gated_delta_rule {case}: last state, error {err}");
     }
 }
