@@ -153,6 +153,34 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             &host_f32(want),
         );
     }
+    for (rows, k, n) in [
+        (1, 4096, 4096),
+        (65, 4096, 4096),
+        (65, 12288, 4096),
+        (16, 12288, 4096),
+        (3, 100, 64),
+    ] {
+        // A block's output projection with the residual add and next norm: against the
+        // reference, and bit for bit against the separate launches it replaces (on the GPU the
+        // k-sliced tensor-core linear's partial sums go straight into the norm).
+        let (x, x_ref) = on_device::<B, 2>(random(40, rows * k, 1.0), [rows, k], device);
+        let (w, w_ref) = on_device::<B, 2>(random(41, n * k, 0.05), [n, k], device);
+        let (r, r_ref) = on_device::<B, 2>(random(42, rows * n, 4.0), [rows, n], device);
+        let (g, g_ref) = on_device::<B, 1>(random(43, n, 1.0), [n], device);
+        let (want_sum, want) = Cpu::linear_add_rms_norm(x_ref, w_ref, r_ref, g_ref, 1e-6);
+        let (sum, got) = B::linear_add_rms_norm(x.clone(), w.clone(), r.clone(), g.clone(), 1e-6);
+        let name = format!("linear_add_rms_norm {rows}x{k} · {n}x{k}ᵀ");
+        let (sum, got) = (host_f32(sum), host_f32(got));
+        checks.compare(&format!("{name}: sum"), &sum, &host_f32(want_sum));
+        checks.compare(&name, &got, &host_f32(want));
+        let (unfused_sum, unfused) = ddtree_kernels::linear_add_rms_norm_unfused(x, w, r, g, 1e-6);
+        let exact = sum == host_f32(unfused_sum) && got == host_f32(unfused);
+        checks.failures += usize::from(!exact);
+        println!(
+            "{}",
+            json!({ "check": format!("{name}: fused = separate launches"), "exact": exact, "ok": exact })
+        );
+    }
     for (rows, cols) in [(1, 12288), (65, 12288), (3, 1001)] {
         let (g, g_ref) = on_device::<B, 2>(random(5, rows * cols, 6.0), [rows, cols], device);
         let (u, u_ref) = on_device::<B, 2>(random(6, rows * cols, 2.0), [rows, cols], device);
@@ -163,16 +191,33 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             &want,
         );
     }
-    for (rows, k, inter) in [(1, 4096, 12288), (8, 4096, 1000), (3, 100, 7)] {
-        // The GEMV's SwiGLU variant (up to 8 rows) against the reference projection + activation.
+    for (rows, k, inter) in [
+        (1, 4096, 12288),
+        (8, 4096, 1000),
+        (3, 100, 7),
+        (16, 4096, 12288),
+        (65, 4096, 12288),
+        (65, 4096, 1000),
+        (33, 4096, 512),
+        (129, 4096, 512),
+    ] {
+        // The SwiGLU variants of the GEMV (up to 8 rows) and of the tensor-core linear (9–72
+        // rows) against the reference projection + activation, and bit for bit against the
+        // separate projection and activation launches they replace.
         let (x, x_ref) = on_device::<B, 2>(random(11, rows * k, 1.0), [rows, k], device);
         let (w, w_ref) = on_device::<B, 2>(random(12, 2 * inter * k, 0.05), [2 * inter, k], device);
         let want = host_f32(Cpu::gate_up_silu(x_ref, w_ref));
-        checks.compare(
-            &format!("gate_up_silu {rows}x{k} · {}x{k}ᵀ", 2 * inter),
-            &host_f32(B::gate_up_silu(x, w)),
-            &want,
-        );
+        let name = format!("gate_up_silu {rows}x{k} · {}x{k}ᵀ", 2 * inter);
+        let got = host_f32(B::gate_up_silu(x.clone(), w.clone()));
+        checks.compare(&name, &got, &want);
+        if rows > 8 {
+            let exact = got == host_f32(ddtree_kernels::gate_up_silu_unfused(x, w));
+            checks.failures += usize::from(!exact);
+            println!(
+                "{}",
+                json!({ "check": format!("{name}: fused = separate launches"), "exact": exact, "ok": exact })
+            );
+        }
     }
     {
         // The fused gate/up projection's halves, read in place as row views.

@@ -131,8 +131,10 @@ impl<B: KernelOps> DraftLayer<B> {
             },
             window: self.window,
         };
-        let attended = self.attention.forward(kv_input, cos, sin, &ctx, context_rows);
-        let (h, normed) = self.post_attention_norm.add_forward(h, attended);
+        let attended = self.attention.attend(kv_input, cos, sin, &ctx, context_rows);
+        let (h, normed) = self
+            .post_attention_norm
+            .add_linear_forward(h, attended, self.attention.o_proj());
         h + self.mlp.forward(normed)
     }
 }

@@ -92,6 +92,20 @@ pub trait KernelOps: Backend {
         reference::linear(x, weight)
     }
 
+    /// `residual + x · Wᵀ` and its RMSNorm with `norm_weight`: a block's output projection (`o_proj`,
+    /// `down_proj`) with the residual add and the next pre-norm — [`KernelOps::linear`] then
+    /// [`KernelOps::add_rms_norm`], which a backend may fuse. Returns the sum and its normalised
+    /// rows.
+    fn linear_add_rms_norm(
+        x: Tensor<Self, 2>,
+        weight: Tensor<Self, 2>,
+        residual: Tensor<Self, 2>,
+        norm_weight: Tensor<Self, 1>,
+        eps: f64,
+    ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
+        linear_add_rms_norm_unfused(x, weight, residual, norm_weight, eps)
+    }
+
     /// `silu(gate) ⊙ up` ([`reference::silu_mul`]).
     fn silu_mul(gate: Tensor<Self, 2>, up: Tensor<Self, 2>) -> Tensor<Self, 2> {
         reference::silu_mul(gate, up)
@@ -202,6 +216,17 @@ where
     Q: burn_ndarray::QuantElement,
     burn_ndarray::NdArrayTensor: From<burn_ndarray::SharedArray<E>> + From<burn_ndarray::SharedArray<I>>,
 {
+}
+
+/// [`KernelOps::linear_add_rms_norm`] as two ops: the projection, then the add and norm.
+pub fn linear_add_rms_norm_unfused<B: KernelOps>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    residual: Tensor<B, 2>,
+    norm_weight: Tensor<B, 1>,
+    eps: f64,
+) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    B::add_rms_norm(residual, <B as KernelOps>::linear(x, weight), norm_weight, eps)
 }
 
 /// [`KernelOps::gate_up_silu`] as two ops: the fused projection, then the activation on its

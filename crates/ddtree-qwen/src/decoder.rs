@@ -100,8 +100,11 @@ pub(crate) struct Block<'a, B: KernelOps> {
 
 /// A decoder layer's token mixer (attention or Gated DeltaNet).
 pub(crate) trait Mixer<B: KernelOps> {
-    /// Mixes `x: [rows, hidden]` with the cached context.
-    fn forward(&mut self, x: Tensor<B, 2>, block: &Block<'_, B>) -> Tensor<B, 2>;
+    /// Mixes `x: [rows, hidden]` with the cached context, up to the output projection (which
+    /// the layer fuses with its residual add and next norm).
+    fn mix(&mut self, x: Tensor<B, 2>, block: &Block<'_, B>) -> Tensor<B, 2>;
+    /// The output projection, `[rows, ·] → [rows, hidden]`.
+    fn out_proj(&self) -> &Linear<B>;
     /// Keeps the accepted rows (a root-first path of the pending block) after `at` committed rows.
     fn commit(&mut self, at: usize, accepted: &[usize]);
     /// Forgets the sequence.
@@ -109,8 +112,12 @@ pub(crate) trait Mixer<B: KernelOps> {
 }
 
 impl<B: KernelOps> Mixer<B> for Attention<B> {
-    fn forward(&mut self, x: Tensor<B, 2>, block: &Block<'_, B>) -> Tensor<B, 2> {
-        Attention::forward(self, x, block.cos.clone(), block.sin.clone(), &block.ctx, 0)
+    fn mix(&mut self, x: Tensor<B, 2>, block: &Block<'_, B>) -> Tensor<B, 2> {
+        self.attend(x, block.cos.clone(), block.sin.clone(), &block.ctx, 0)
+    }
+
+    fn out_proj(&self) -> &Linear<B> {
+        self.o_proj()
     }
 
     fn commit(&mut self, at: usize, accepted: &[usize]) {
@@ -165,10 +172,11 @@ impl<B: KernelOps, M: Mixer<B>> DecoderLayer<B, M> {
         next: &RmsNorm<B>,
         block: &Block<'_, B>,
     ) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        let mixed = self.mixer.mix(normed, block);
         let (x, normed) = self
             .post_attention_norm
-            .add_forward(x, self.mixer.forward(normed, block));
-        next.add_forward(x, self.mlp.forward(normed))
+            .add_linear_forward(x, mixed, self.mixer.out_proj());
+        next.add_linear_forward(x, self.mlp.activate(normed), self.mlp.down())
     }
 }
 

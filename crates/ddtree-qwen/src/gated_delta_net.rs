@@ -140,7 +140,7 @@ impl<B: KernelOps> GatedDeltaNet<B> {
 }
 
 impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
-    fn forward(&mut self, x: Tensor<B, 2>, block: &Block<'_, B>) -> Tensor<B, 2> {
+    fn mix(&mut self, x: Tensor<B, 2>, block: &Block<'_, B>) -> Tensor<B, 2> {
         let s = self.shape;
         let n = x.dims()[0];
         let (c, kw, vw, heads) = (s.channels(), s.key_width(), s.value_width(), s.value_heads);
@@ -192,7 +192,11 @@ impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
             self.norm_weight.clone(),
             self.eps,
         );
-        self.out_proj.forward(out.reshape([n, vw]))
+        out.reshape([n, vw])
+    }
+
+    fn out_proj(&self) -> &Linear<B> {
+        &self.out_proj
     }
 
     fn commit(&mut self, _at: usize, accepted: &[usize]) {

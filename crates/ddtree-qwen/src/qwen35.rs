@@ -10,7 +10,7 @@
 
 use burn_tensor::Tensor;
 use ddtree_kernels::KernelOps;
-use ddtree_kernels::nn::{Attention, HeadShape};
+use ddtree_kernels::nn::{Attention, HeadShape, Linear};
 use ddtree_weights::{Checkpoint, LayerType, Qwen35Config, TensorSource};
 
 use crate::decoder::{Block, Mixer, Stack, StackSpec, Weights};
@@ -26,10 +26,17 @@ enum HybridMixer<B: KernelOps> {
 }
 
 impl<B: KernelOps> Mixer<B> for HybridMixer<B> {
-    fn forward(&mut self, x: Tensor<B, 2>, block: &Block<'_, B>) -> Tensor<B, 2> {
+    fn mix(&mut self, x: Tensor<B, 2>, block: &Block<'_, B>) -> Tensor<B, 2> {
         match self {
-            Self::Attention(m) => Mixer::forward(m, x, block),
-            Self::DeltaNet(m) => m.forward(x, block),
+            Self::Attention(m) => Mixer::mix(m, x, block),
+            Self::DeltaNet(m) => m.mix(x, block),
+        }
+    }
+
+    fn out_proj(&self) -> &Linear<B> {
+        match self {
+            Self::Attention(m) => Mixer::out_proj(m),
+            Self::DeltaNet(m) => m.out_proj(),
         }
     }
 

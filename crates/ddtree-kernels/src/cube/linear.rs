@@ -94,10 +94,7 @@ pub fn linear_rows<F: Float, N: Size>(
         #[unroll]
         for r in 0..rows {
             if comptime!(swiglu) {
-                // The separate launches' arithmetic: `F` values, `g / (1 + e^(0 − g)) · u` in f32.
-                let g = f32::cast_from(F::cast_from(totals[r]));
-                let u = f32::cast_from(F::cast_from(totals[rows + r]));
-                y[r * n_out + n] = F::cast_from(g / (1.0 + f32::exp(0.0 - g)) * u);
+                y[r * n_out + n] = silu_times::<F>(totals[r], totals[rows + r]);
             } else {
                 y[r * n_out + n] = F::cast_from(totals[r]);
             }
@@ -138,6 +135,12 @@ pub const MMA_PLANES: usize = 8;
 /// `CubeDim = (32, MMA_PLANES)` and `(⌈n_out / (MMA_PLANES · 16 · f_tiles)⌉, k_splits)` cubes;
 /// `rows ≤ 8 · t_tiles`, `n_out` a multiple of `16 · f_tiles`, `k / (32 · steps · k_splits)`
 /// chunks per slice, a multiple of `stages` (at least 2).
+///
+/// With `swiglu` (and `f_tiles = 2`), `w` is a fused gate/up weight of `n_out = 2 · inter` rows
+/// and a plane's two feature tiles are the gate and the up rows of the same 16 features, so a
+/// lane holds both sums of each of its outputs and writes `y: [rows, inter] = silu(gate) ⊙ up`
+/// — the MLP's activation without a launch of its own (partial sums keep the `[rows, n_out]`
+/// layout; [`linear_split_sum()`] applies the activation then).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn linear_mma<F: Float, N: Size>(
@@ -153,6 +156,7 @@ pub fn linear_mma<F: Float, N: Size>(
     #[comptime] k_splits: usize,
     #[comptime] steps: usize,
     #[comptime] stages: usize,
+    #[comptime] swiglu: bool,
 ) {
     let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
     let size!(NA) = def.vector_size(cmma::MatrixIdent::A);
@@ -163,9 +167,11 @@ pub fn linear_mma<F: Float, N: Size>(
     let g = lane / 4;
     let t = lane % 4;
     let w_rows = comptime!(MMA_PLANES * 16 * f_tiles);
-    let cube_f0 = CUBE_POS_X as usize * w_rows;
     let plane_row = plane * comptime!(16 * f_tiles);
-    let f0 = cube_f0 + plane_row;
+    // The cube's first output feature and the plane's (with `swiglu`, both tiles of a plane
+    // hold the same features).
+    let cube_f0 = CUBE_POS_X as usize * comptime!(if swiglu { MMA_PLANES * 16 } else { w_rows });
+    let f0 = cube_f0 + comptime!(if swiglu { 16 } else { 16 * f_tiles }) * plane;
     let chunk_vecs = comptime!(4 * steps);
     let k_vecs = comptime!(k / 8);
     let slice_vecs = comptime!(k_vecs / k_splits);
@@ -222,6 +228,7 @@ pub fn linear_mma<F: Float, N: Size>(
             steps,
             w_rows,
             tokens,
+            swiglu,
         );
         barriers.index(s).commit_copy_async();
     }
@@ -248,6 +255,7 @@ pub fn linear_mma<F: Float, N: Size>(
                     steps,
                     w_rows,
                     tokens,
+                    swiglu,
                 );
                 barriers.index(refill).commit_copy_async();
             }
@@ -294,16 +302,18 @@ pub fn linear_mma<F: Float, N: Size>(
         }
     }
 
-    if f0 < n_out {
+    let features = comptime!(if swiglu { 2usize } else { 1usize });
+    if f0 < n_out / features {
         store_accumulators::<F, NC>(
-            &accs, y, partial, rows, n_out, f0, g, t, t_tiles, f_tiles, k_splits,
+            &accs, y, partial, rows, n_out, f0, g, t, t_tiles, f_tiles, k_splits, swiglu,
         );
     }
 }
 
 /// A unit's share of one chunk for [`linear_mma()`], copied asynchronously into the slot at
 /// `at`: the cube's W rows that exist, then the `x` rows that exist — one 16-byte vector per copy
-/// (`copy_async` counts 4 words).
+/// (`copy_async` counts 4 words). Staged W row `r` is weight row `cube_f0 + r`; with `swiglu`,
+/// plane `r / 32`'s gate (`r % 32 < 16`) or up row of feature `cube_f0 + 16 · (r / 32) + r % 16`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn copy_chunk<N: Size>(
@@ -320,6 +330,7 @@ fn copy_chunk<N: Size>(
     #[comptime] steps: usize,
     #[comptime] w_rows: usize,
     #[comptime] tokens: usize,
+    #[comptime] swiglu: bool,
 ) {
     let chunk_vecs = comptime!(4 * steps);
     let pitch = comptime!(staged_row_vecs(steps));
@@ -328,8 +339,16 @@ fn copy_chunk<N: Size>(
         let e = i * comptime!(MMA_PLANES * 32) + unit;
         let r = e / chunk_vecs;
         let v = e % chunk_vecs;
-        if cube_f0 + r < n_out {
-            let from = (cube_f0 + r) * k_vecs + k0 + v;
+        let mut feature = cube_f0 + r;
+        let mut row = feature;
+        let mut features = n_out;
+        if comptime!(swiglu) {
+            features = n_out / 2;
+            feature = cube_f0 + (r / 32) * 16 + r % 16;
+            row = feature + (r / 16) % 2 * features;
+        }
+        if feature < features {
+            let from = row * k_vecs + k0 + v;
             let to = at + r * pitch + v;
             copy_async(&w.slice(from, from + 1), &mut staged.slice_mut(to, to + 1), 4u32);
         }
@@ -349,7 +368,9 @@ fn copy_chunk<N: Size>(
 }
 
 /// Writes a plane's accumulators: element `(h, e)` of tile `(f, j)` is feature
-/// `f0 + 16f + 8h + g`, row `8j + 2t + e` — into `y`, or into the k-slice's partial sums.
+/// `f0 + 16f + 8h + g`, row `8j + 2t + e` — into `y`, or into the k-slice's partial sums. With
+/// `swiglu`, tiles 0 and 1 are the gate and up sums of features `f0 + 8h + g`: `y` gets
+/// `silu(gate) ⊙ up`, the partial sums both (at columns `f` and `n_out / 2 + f`).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn store_accumulators<F: Float, NC: Size>(
@@ -364,24 +385,48 @@ fn store_accumulators<F: Float, NC: Size>(
     #[comptime] t_tiles: usize,
     #[comptime] f_tiles: usize,
     #[comptime] k_splits: usize,
+    #[comptime] swiglu: bool,
 ) {
-    #[unroll]
-    for f in 0..f_tiles {
+    if comptime!(swiglu && k_splits == 1) {
+        let inter = n_out / 2;
         #[unroll]
         for j in 0..t_tiles {
-            let acc = accs.index(comptime!(f * t_tiles + j));
+            let gate = accs.index(j);
+            let up = accs.index(comptime!(t_tiles + j));
             #[unroll]
             for h in 0..2usize {
-                let v = acc[h];
-                let col = f0 + comptime!(16 * f + 8 * h) + g;
                 #[unroll]
                 for e in 0..2usize {
                     let row = comptime!(8 * j) + 2 * t + e;
                     if row < rows {
-                        if comptime!(k_splits == 1) {
-                            y[row * n_out + col] = F::cast_from(v[e]);
-                        } else {
-                            partial[(CUBE_POS_Y as usize * rows + row) * n_out + col] = v[e];
+                        let col = f0 + comptime!(8 * h) + g;
+                        y[row * inter + col] = silu_times::<F>(gate[h][e], up[h][e]);
+                    }
+                }
+            }
+        }
+    } else {
+        #[unroll]
+        for f in 0..f_tiles {
+            #[unroll]
+            for j in 0..t_tiles {
+                let acc = accs.index(comptime!(f * t_tiles + j));
+                #[unroll]
+                for h in 0..2usize {
+                    let v = acc[h];
+                    let mut col = f0 + comptime!(16 * f + 8 * h) + g;
+                    if comptime!(swiglu) {
+                        col = comptime!(f) * (n_out / 2) + f0 + comptime!(8 * h) + g;
+                    }
+                    #[unroll]
+                    for e in 0..2usize {
+                        let row = comptime!(8 * j) + 2 * t + e;
+                        if row < rows {
+                            if comptime!(k_splits == 1) {
+                                y[row * n_out + col] = F::cast_from(v[e]);
+                            } else {
+                                partial[(CUBE_POS_Y as usize * rows + row) * n_out + col] = v[e];
+                            }
                         }
                     }
                 }
@@ -402,23 +447,49 @@ pub(crate) fn staged_row_vecs(steps: usize) -> usize {
     }
 }
 
-/// `y = Σ_s partial[s]` over the `splits` k-slices of [`linear_mma()`], one unit per element.
+/// `y = Σ_s partial[s]` over the `splits` k-slices of [`linear_mma()`], one unit per element of
+/// `y` (`len` of them). With `swiglu`, each row of the partial sums holds the gate then the up
+/// sums (`2 · cols` wide) and `y: [len / cols, cols] = silu(gate) ⊙ up`.
 #[cube(launch_unchecked)]
 pub fn linear_split_sum<F: Float>(
     partial: &Array<f32>,
     y: &mut Array<F>,
     len: usize,
+    cols: usize,
     #[comptime] splits: usize,
+    #[comptime] swiglu: bool,
 ) {
     let i = ABSOLUTE_POS;
     if i < len {
-        let mut sum = 0.0f32;
-        #[unroll]
-        for s in 0..splits {
-            sum += partial[s * len + i];
+        if comptime!(swiglu) {
+            // Element `i` of y: the gate at `2 · cols · row + col`, the up `cols` further.
+            let at = i + i / cols * cols;
+            let mut gate = 0.0f32;
+            let mut up = 0.0f32;
+            #[unroll]
+            for s in 0..splits {
+                gate += partial[2 * s * len + at];
+                up += partial[2 * s * len + at + cols];
+            }
+            y[i] = silu_times::<F>(gate, up);
+        } else {
+            let mut sum = 0.0f32;
+            #[unroll]
+            for s in 0..splits {
+                sum += partial[s * len + i];
+            }
+            y[i] = F::cast_from(sum);
         }
-        y[i] = F::cast_from(sum);
     }
+}
+
+/// `silu(gate) ⊙ up` from f32 sums, with the arithmetic of the separate launches: both rounded
+/// to `F` first (as the projection stores them), then `g / (1 + e^(0 − g)) · u` in f32.
+#[cube]
+fn silu_times<F: Float>(gate: f32, up: f32) -> F {
+    let g = f32::cast_from(F::cast_from(gate));
+    let u = f32::cast_from(F::cast_from(up));
+    F::cast_from(g / (1.0 + f32::exp(0.0 - g)) * u)
 }
 
 /// A launch shape for [`linear_mma()`].
@@ -463,6 +534,24 @@ impl MmaShape {
     /// core (a slice more re-reads `x` and writes partial sums; a second, partial wave leaves
     /// cores idle at its end).
     pub fn choose(rows: usize, n_out: usize, k: usize, cores: usize, shared: usize) -> Option<Self> {
+        Self::choose_tiles(rows, n_out, k, cores, shared, false)
+    }
+
+    /// The shape for the SwiGLU variant of [`linear_mma()`] on a fused gate/up weight of `n_out`
+    /// rows (gate then up): [`MmaShape::choose`]'s with two feature tiles per plane, its gate and
+    /// up rows — `None` above 72 rows (the accumulators of both would not fit the registers).
+    pub fn choose_swiglu(rows: usize, n_out: usize, k: usize, cores: usize, shared: usize) -> Option<Self> {
+        Self::choose_tiles(rows, n_out, k, cores, shared, true)
+    }
+
+    fn choose_tiles(
+        rows: usize,
+        n_out: usize,
+        k: usize,
+        cores: usize,
+        shared: usize,
+        paired: bool,
+    ) -> Option<Self> {
         if rows == 0 || rows > MAX_TILED_ROWS || !n_out.is_multiple_of(16) {
             return None;
         }
@@ -472,7 +561,12 @@ impl MmaShape {
             3..=9 => (2, 4, 2),
             _ => (1, 2, 3),
         };
-        let f_tiles = if n_out.is_multiple_of(16 * f_tiles) {
+        let f_tiles = if paired {
+            if 2 * t_tiles > Self::MAX_ACCUMULATOR_TILES || !n_out.is_multiple_of(32) {
+                return None;
+            }
+            2
+        } else if n_out.is_multiple_of(16 * f_tiles) {
             f_tiles
         } else {
             1
@@ -589,6 +683,17 @@ mod tests {
             }
         );
         assert_eq!(MmaShape::choose(145, 4096, 4096, 132, H200_SHARED), None);
+        // SwiGLU: gate and up tiles in every plane, up to 72 rows; the fused gate/up weights of
+        // Qwen3-8B (2 × 12288) and its drafter fit both GPUs' shared memory.
+        for shared in [H200_SHARED, 99 * 1024] {
+            for rows in [9, 16, 20, 33, 65, 72] {
+                let s = MmaShape::choose_swiglu(rows, 24576, 4096, 132, shared).expect("tiles");
+                assert_eq!(s.f_tiles, 2, "{rows}: {s:?}");
+                assert!(s.fits(rows, 24576, 4096) && s.shared_bytes() <= shared, "{s:?}");
+            }
+            assert_eq!(MmaShape::choose_swiglu(73, 24576, 4096, 132, shared), None);
+            assert_eq!(MmaShape::choose_swiglu(16, 2000, 4096, 132, shared), None);
+        }
         assert_eq!(MmaShape::choose(16, 4100, 4096, 132, H200_SHARED), None);
         assert_eq!(MmaShape::choose(16, 4096, 48, 132, H200_SHARED), None);
     }

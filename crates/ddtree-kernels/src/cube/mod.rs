@@ -95,10 +95,33 @@ where
 
     fn gate_up_silu(x: Tensor<Self, 2>, gate_up: Tensor<Self, 2>) -> Tensor<Self, 2> {
         let rows = x.dims()[0];
-        if rows == 0 || rows > linear::MAX_ROWS || !gate_up.dims()[0].is_multiple_of(2) {
+        let n_out = gate_up.dims()[0];
+        if rows == 0 || !n_out.is_multiple_of(2) {
             return crate::gate_up_silu_unfused(x, gate_up);
         }
-        rows_linear(x, gate_up, true)
+        if rows <= linear::MAX_ROWS {
+            return rows_linear(x, gate_up, true);
+        }
+        let shape = TENSOR_CORES
+            .load(Ordering::Relaxed)
+            .then(|| {
+                let client = R::client(&x.device());
+                let shared = client.properties().hardware.max_shared_memory_size;
+                let k = x.dims()[1];
+                linear::MmaShape::choose_swiglu(rows, n_out, k, multiprocessors(&client), shared)
+            })
+            .flatten();
+        let tiled = match shape {
+            Some(shape) => launch_tiled(x, gate_up, shape, true),
+            None => Err((x, gate_up)),
+        };
+        match tiled {
+            Ok(Tiled::Output(y)) => float(y),
+            Ok(Tiled::Partials(partial, splits)) => {
+                float(sum_partials::<R, F>(&partial, splits, [rows, n_out / 2], true))
+            }
+            Err((x, w)) => crate::gate_up_silu_unfused(x, w),
+        }
     }
 
     fn rms_norm(x: Tensor<Self, 2>, weight: Tensor<Self, 1>, eps: f64) -> Tensor<Self, 2> {
@@ -132,36 +155,36 @@ where
         weight: Tensor<Self, 1>,
         eps: f64,
     ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
-        let [rows, hidden] = x.dims();
         assert_eq!(
             delta.dims(),
-            [rows, hidden],
+            x.dims(),
             "add_rms_norm: x and delta differ in shape"
         );
-        let (x, delta, w) = (cube(x), cube(delta), cube(weight));
-        let sum = contiguous::<R, F, _>(&x, [rows, hidden]);
-        let y = contiguous::<R, F, _>(&x, [rows, hidden]);
-        let width = vector_width(&[&x, &delta, &w, &sum, &y], hidden);
-        let (count, dim, planes) = cube_per_row(&x.client, rows, NORM_UNITS);
-        // SAFETY: contiguous buffers of `rows · hidden` (x, delta, sum, y) and `hidden` elements.
-        unsafe {
-            norm::add_rms_norm_rows::launch_unchecked::<F, R>(
-                &x.client,
-                count,
-                dim,
-                width,
-                array(&x),
-                array(&delta),
-                array(&w),
-                array(&sum),
-                array(&y),
-                hidden / width,
-                1.0 / hidden as f32,
-                eps as f32,
-                planes,
-            );
+        add_norm(x, Delta::Rows(cube(delta)), weight, eps)
+    }
+
+    fn linear_add_rms_norm(
+        x: Tensor<Self, 2>,
+        weight: Tensor<Self, 2>,
+        residual: Tensor<Self, 2>,
+        norm_weight: Tensor<Self, 1>,
+        eps: f64,
+    ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
+        let rows = x.dims()[0];
+        if rows <= linear::MAX_ROWS || !TENSOR_CORES.load(Ordering::Relaxed) {
+            return crate::linear_add_rms_norm_unfused(x, weight, residual, norm_weight, eps);
         }
-        (float(sum), float(y))
+        let tiled = match mma_shape(&x, &weight) {
+            Some(shape) => launch_tiled(x, weight, shape, false),
+            None => Err((x, weight)),
+        };
+        // k-sliced: the norm sums the slices itself (no split-sum launch).
+        let delta = match tiled {
+            Ok(Tiled::Partials(partial, splits)) => Delta::Partials(partial, splits),
+            Ok(Tiled::Output(y)) => Delta::Rows(y),
+            Err((x, w)) => Delta::Rows(cube(crate::reference::linear(x, w))),
+        };
+        add_norm(residual, delta, norm_weight, eps)
     }
 
     fn silu_mul(gate: Tensor<Self, 2>, up: Tensor<Self, 2>) -> Tensor<Self, 2> {
@@ -792,6 +815,43 @@ where
     I: IntElement,
     BT: BoolElement,
 {
+    let shape_out = [x.dims()[0], weight.dims()[0]];
+    Ok(float(match launch_tiled(x, weight, shape, false)? {
+        Tiled::Output(y) => y,
+        Tiled::Partials(partial, splits) => sum_partials::<R, F>(&partial, splits, shape_out, false),
+    }))
+}
+
+/// What a tensor-core linear launch leaves: its output, or the f32 partial sums of its `k`
+/// slices (`[splits, rows · n_out]`) for a launch that adds them.
+enum Tiled<R: CubeRuntime> {
+    Output(CubeTensor<R>),
+    Partials(CubeTensor<R>, usize),
+}
+
+/// Launches [`linear::linear_mma()`] with `shape` (with `swiglu`, its SwiGLU variant on a fused
+/// gate/up weight: the output is `[rows, n_out / 2]`), or gives the inputs back when the shape
+/// does not fit the product, the rows are not 16-byte aligned or the device lacks `mma.sync`
+/// m16n8k16 for the float type.
+#[allow(clippy::type_complexity)]
+fn launch_tiled<R, F, I, BT>(
+    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    weight: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    shape: linear::MmaShape,
+    swiglu: bool,
+) -> Result<
+    Tiled<R>,
+    (
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+    ),
+>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
     let [rows, k] = x.dims();
     let n_out = weight.dims()[0];
     let client = R::client(&x.device());
@@ -800,6 +860,7 @@ where
         && size_of::<F>() == 2
         && weight.dims()[1] == k
         && shape.fits(rows, n_out, k)
+        && (!swiglu || shape.f_tiles == 2)
         && shape.shared_bytes() <= client.properties().hardware.max_shared_memory_size;
     if !usable {
         return Err((x, weight));
@@ -810,13 +871,15 @@ where
     if !aligned(&x) || !aligned(&w) {
         return Err((float(x), float(w)));
     }
-    let y = contiguous::<R, F, _>(&x, [rows, n_out]);
     let splits = shape.k_splits;
+    // Only one of y and partial is written; the other is a one-element placeholder.
+    let y_cols = if swiglu { n_out / 2 } else { n_out };
+    let y = contiguous::<R, F, _>(&x, if splits > 1 { [1, 1] } else { [rows, y_cols] });
     let partial = contiguous::<R, f32, _>(&x, [if splits > 1 { splits * rows * n_out } else { 1 }]);
     let cubes = CubeCount::Static(shape.columns(n_out) as u32, splits as u32, 1);
-    // SAFETY: x holds `rows` dense rows of k, W `n_out` dense rows of k, y `rows · n_out` and
-    // partial `splits · rows · n_out` when there are several splits; `fits` checked that the
-    // tiling divides k and n_out.
+    // SAFETY: x holds `rows` dense rows of k, W `n_out` dense rows of k, y `rows · n_out` with one
+    // split, partial `splits · rows · n_out` with several; `fits` checked that the tiling divides
+    // k and n_out.
     unsafe {
         linear::linear_mma::launch_unchecked::<F, R>(
             &client,
@@ -835,22 +898,165 @@ where
             splits,
             shape.steps,
             shape.stages,
+            swiglu,
         );
-        if splits > 1 {
-            let len = rows * n_out;
-            let (count, dim) = elementwise_grid(len);
-            linear::linear_split_sum::launch_unchecked::<F, R>(
-                &client,
-                count,
-                dim,
-                array(&partial),
-                array(&y),
-                len,
-                splits,
+    }
+    Ok(if splits > 1 {
+        Tiled::Partials(partial, splits)
+    } else {
+        Tiled::Output(y)
+    })
+}
+
+/// `y = Σ_s partial[s]` ([`linear::linear_split_sum()`]; with `swiglu`, `silu(gate) ⊙ up` of
+/// the summed halves) as a dense `shape` tensor.
+fn sum_partials<R: CubeRuntime, F: FloatElement>(
+    partial: &CubeTensor<R>,
+    splits: usize,
+    shape: [usize; 2],
+    swiglu: bool,
+) -> CubeTensor<R> {
+    let y = contiguous::<R, F, _>(partial, shape);
+    let len = shape[0] * shape[1];
+    let (count, dim) = elementwise_grid(len);
+    // SAFETY: partial holds `splits · len` values (twice that with `swiglu`), y `len`.
+    unsafe {
+        linear::linear_split_sum::launch_unchecked::<F, R>(
+            &partial.client,
+            count,
+            dim,
+            array(partial),
+            array(&y),
+            len,
+            shape[1],
+            splits,
+            swiglu,
+        );
+    }
+    y
+}
+
+/// The rows a residual add adds: a dense `F` tensor, or the f32 partial sums of a k-sliced
+/// tensor-core linear (`[splits, rows · hidden]`).
+enum Delta<R: CubeRuntime> {
+    Rows(CubeTensor<R>),
+    Partials(CubeTensor<R>, usize),
+}
+
+/// `x + delta` and its RMSNorm ([`norm::add_rms_norm_rows()`], or
+/// [`norm::add_partials_rms_norm_rows()`] summing the partials on the way).
+fn add_norm<R, F, I, BT>(
+    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    delta: Delta<R>,
+    weight: Tensor<CubeBackend<R, F, I, BT>, 1>,
+    eps: f64,
+) -> (
+    Tensor<CubeBackend<R, F, I, BT>, 2>,
+    Tensor<CubeBackend<R, F, I, BT>, 2>,
+)
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let [rows, hidden] = x.dims();
+    let (x, w) = (cube(x), cube(weight));
+    let sum = contiguous::<R, F, _>(&x, [rows, hidden]);
+    let y = contiguous::<R, F, _>(&x, [rows, hidden]);
+    let (count, dim, planes) = cube_per_row(&x.client, rows, NORM_UNITS);
+    let (vecs_of, inv_hidden, eps) = (|width: usize| hidden / width, 1.0 / hidden as f32, eps as f32);
+    // Both kernels take the width of the `F` rows: it sets which units sum which squares, so the
+    // partial sums' path rounds exactly as the separate launches do. The f32 partials need
+    // twice its alignment; a (never allocated) misaligned buffer takes the split-sum launch.
+    let width = vector_width(&[&x, &w, &sum, &y], hidden);
+    let delta = match delta {
+        Delta::Partials(partial, splits)
+            if !partial
+                .handle
+                .offset_start
+                .unwrap_or(0)
+                .is_multiple_of((width * size_of::<f32>()) as u64) =>
+        {
+            Delta::Rows(sum_partials::<R, F>(&partial, splits, [rows, hidden], false))
+        }
+        delta => delta,
+    };
+    match delta {
+        Delta::Rows(delta) => {
+            let width = vector_width(&[&x, &delta, &w, &sum, &y], hidden);
+            // SAFETY: contiguous buffers of `rows · hidden` (x, delta, sum, y) and `hidden` elements.
+            unsafe {
+                norm::add_rms_norm_rows::launch_unchecked::<F, R>(
+                    &x.client,
+                    count,
+                    dim,
+                    width,
+                    array(&x),
+                    array(&delta),
+                    array(&w),
+                    array(&sum),
+                    array(&y),
+                    vecs_of(width),
+                    inv_hidden,
+                    eps,
+                    planes,
+                );
+            }
+        }
+        Delta::Partials(partial, splits) => {
+            assert_eq!(partial.dtype, DType::F32, "add_norm: partial sums are f32");
+            assert_eq!(
+                partial.meta.shape().num_elements(),
+                splits * rows * hidden,
+                "add_norm: partial sums of {splits} slices of [{rows}, {hidden}]"
             );
+            // SAFETY: contiguous buffers of `rows · hidden` (x, sum, y), `splits · rows · hidden`
+            // (partial) and `hidden` elements.
+            unsafe {
+                norm::add_partials_rms_norm_rows::launch_unchecked::<F, R>(
+                    &x.client,
+                    count,
+                    dim,
+                    width,
+                    array(&x),
+                    array(&partial),
+                    array(&w),
+                    array(&sum),
+                    array(&y),
+                    vecs_of(width),
+                    rows * hidden / width,
+                    inv_hidden,
+                    eps,
+                    splits,
+                    planes,
+                );
+            }
         }
     }
-    Ok(float(y))
+    (float(sum), float(y))
+}
+
+/// `x + Σ_s partial[s]` and its RMSNorm, the partial sums of `splits` k-slices given as one f32
+/// tensor `[splits · rows · hidden]` — what [`KernelOps::linear_add_rms_norm`] runs after a
+/// k-sliced tensor-core linear, here for tests on devices without tensor cores.
+pub fn add_partials_rms_norm<R, F, I, BT>(
+    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    partial: Tensor<CubeBackend<R, F, I, BT>, 1>,
+    splits: usize,
+    weight: Tensor<CubeBackend<R, F, I, BT>, 1>,
+    eps: f64,
+) -> (
+    Tensor<CubeBackend<R, F, I, BT>, 2>,
+    Tensor<CubeBackend<R, F, I, BT>, 2>,
+)
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    add_norm(x, Delta::Partials(cube(partial), splits), weight, eps)
 }
 
 /// The streaming multiprocessors of the device that holds `t` (64 where the runtime does not

@@ -119,6 +119,21 @@ impl<B: KernelOps> Attention<B> {
         ctx: &AttentionContext<'_>,
         context_rows: usize,
     ) -> Tensor<B, 2> {
+        let out = self.attend(x, cos, sin, ctx, context_rows);
+        self.o_proj.forward(out)
+    }
+
+    /// [`Attention::forward`] up to the output projection (gate applied): `[n - context_rows,
+    /// heads · head_dim]`, for callers that fuse `o_proj` with what follows it
+    /// ([`RmsNorm::add_linear_forward`]).
+    pub fn attend(
+        &mut self,
+        x: Tensor<B, 2>,
+        cos: Tensor<B, 2>,
+        sin: Tensor<B, 2>,
+        ctx: &AttentionContext<'_>,
+        context_rows: usize,
+    ) -> Tensor<B, 2> {
         let HeadShape { heads, head_dim, .. } = self.shape;
         let n = x.dims()[0];
         let queries = n - context_rows;
@@ -140,11 +155,15 @@ impl<B: KernelOps> Attention<B> {
         let (keys, values) = self.cache.tensors();
         let scale = (head_dim as f64).powf(-0.5);
         let out = B::cached_attention(q, keys, values, ctx, scale).reshape([queries, q_width]);
-        let out = match gate {
+        match gate {
             Some(gate) => B::sigmoid_mul(out, gate),
             None => out,
-        };
-        self.o_proj.forward(out)
+        }
+    }
+
+    /// The output projection `o_proj`.
+    pub fn o_proj(&self) -> &Linear<B> {
+        &self.o_proj
     }
 
     /// Commit: moves the accepted rows of the block at `at` to contiguous positions.

@@ -61,6 +61,17 @@ impl<B: KernelOps> RmsNorm<B> {
         B::add_rms_norm(x, delta, self.weight.clone(), self.eps)
     }
 
+    /// The residual add of a block's output projection before this norm: returns
+    /// `x + linear(input)` and its normalised rows ([`KernelOps::linear_add_rms_norm`]).
+    pub fn add_linear_forward(
+        &self,
+        x: Tensor<B, 2>,
+        input: Tensor<B, 2>,
+        linear: &Linear<B>,
+    ) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        B::linear_add_rms_norm(input, linear.weight().clone(), x, self.weight.clone(), self.eps)
+    }
+
     /// The `[dim]` weight.
     pub fn weight(&self) -> &Tensor<B, 1> {
         &self.weight
@@ -98,8 +109,17 @@ impl<B: KernelOps> Mlp<B> {
 
     /// `[rows, hidden] → [rows, hidden]`.
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        self.down
-            .forward(B::gate_up_silu(x, self.gate_up.weight().clone()))
+        self.down.forward(self.activate(x))
+    }
+
+    /// The MLP up to `down_proj`: `silu(gate(x)) ⊙ up(x)`, `[rows, hidden] → [rows, inter]`.
+    pub fn activate(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        B::gate_up_silu(x, self.gate_up.weight().clone())
+    }
+
+    /// The down projection.
+    pub fn down(&self) -> &Linear<B> {
+        &self.down
     }
 }
 

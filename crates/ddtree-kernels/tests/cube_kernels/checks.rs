@@ -138,6 +138,78 @@ fn add_rms_norm_matches_reference() {
     }
 }
 
+/// The k-sliced tensor-core linear's partial sums added straight into the norm: equal to adding
+/// their sum (rounded to the float type, as the split-sum launch stores it) with the separate
+/// op. The partials are multiples of 1/8, exact in every float type, so their sums are too.
+#[test]
+fn add_partials_rms_norm_matches_reference() {
+    let device = gpu();
+    for (splits, rows, hidden) in [(2, 1, 64), (8, 5, 40), (3, 9, 13), (4, 2, 4096)] {
+        let x = values(rows as u64, rows * hidden, 3.0);
+        let partial = exact(splits as u64, splits * rows * hidden);
+        let w = values(hidden as u64, hidden, 1.0);
+        let delta: Vec<f32> = (0..rows * hidden)
+            .map(|i| (0..splits).map(|s| partial[s * rows * hidden + i]).sum())
+            .collect();
+        let (want_sum, want) = Gpu::add_rms_norm(
+            tensor(&x, [rows, hidden], &device),
+            tensor(&delta, [rows, hidden], &device),
+            tensor(&w, [hidden], &device),
+            1e-6,
+        );
+        let partial = tensor::<Gpu, 1>(&partial, [splits * rows * hidden], &device).cast(FloatDType::F32);
+        let (sum, got) = ddtree_kernels::cube::add_partials_rms_norm(
+            tensor(&x, [rows, hidden], &device),
+            partial,
+            splits,
+            tensor(&w, [hidden], &device),
+            1e-6,
+        );
+        for (what, got, want) in [("sum", sum, want_sum), ("norm", got, want)] {
+            assert_eq!(
+                host_f32(got),
+                host_f32(want),
+                "{NAME} add_partials_rms_norm {what} splits={splits} rows={rows} hidden={hidden}"
+            );
+        }
+    }
+}
+
+/// The output projection fused with the residual add and norm, for GEMV rows and tiled rows
+/// (burn's matmul where the device has no tensor cores).
+#[test]
+fn linear_add_rms_norm_matches_reference() {
+    let device = gpu();
+    for (rows, k, n) in [(1, 64, 40), (8, 96, 64), (12, 32, 16)] {
+        let x = values(30 + rows as u64, rows * k, 1.0);
+        let w = values(31, n * k, 0.5);
+        let r = values(32, rows * n, 3.0);
+        let g = values(33, n, 1.0);
+        let cpu = Default::default();
+        let (want_sum, want) = Cpu::linear_add_rms_norm(
+            tensor(&x, [rows, k], &cpu),
+            tensor(&w, [n, k], &cpu),
+            tensor(&r, [rows, n], &cpu),
+            tensor(&g, [n], &cpu),
+            1e-6,
+        );
+        let (sum, got) = Gpu::linear_add_rms_norm(
+            tensor(&x, [rows, k], &device),
+            tensor(&w, [n, k], &device),
+            tensor(&r, [rows, n], &device),
+            tensor(&g, [n], &device),
+            1e-6,
+        );
+        for (what, got, want) in [("sum", sum, want_sum), ("norm", got, want)] {
+            let err = max_rel_err(&host_f32(got), &host_f32(want));
+            assert!(
+                err < TOL,
+                "{NAME} linear_add_rms_norm {what} rows={rows} k={k} n={n}: error {err}"
+            );
+        }
+    }
+}
+
 #[test]
 fn silu_mul_matches_reference() {
     let device = gpu();
