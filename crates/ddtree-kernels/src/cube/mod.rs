@@ -52,8 +52,10 @@ const ATTENTION_PLANES: u32 = 8;
 const COMBINE_PLANES: u32 = 8;
 /// The largest `k` the top-K kernel is tested for (DDTree budgets stay below it).
 const TOP_K_MAX: usize = 256;
-/// Units per cube of the norms (one cube per row: a 4096-wide row is two 16-byte vectors each).
-const NORM_UNITS: u32 = 256;
+/// Units per cube of the norms (one cube per row: a 4096-wide row is one 16-byte vector each, so
+/// every load of a unit — the residual, the delta or all of its k-slice partial sums — is in
+/// flight at once).
+const NORM_UNITS: u32 = 512;
 /// Units per cube of the argmax (one cube per row of up to ~152k logits).
 const ARGMAX_UNITS: u32 = 1024;
 /// Units per cube for element-wise kernels.
@@ -116,8 +118,8 @@ where
             None => Err((x, gate_up)),
         };
         match tiled {
-            Ok(Tiled::Output(y)) => float(y),
-            Ok(Tiled::Partials(partial, splits)) => {
+            Ok(Product::Rows(y)) => float(y),
+            Ok(Product::Partials(partial, splits)) => {
                 float(sum_partials::<R, F>(&partial, splits, [rows, n_out / 2], true))
             }
             Err((x, w)) => crate::gate_up_silu_unfused(x, w),
@@ -160,7 +162,7 @@ where
             x.dims(),
             "add_rms_norm: x and delta differ in shape"
         );
-        add_norm(x, Delta::Rows(cube(delta)), weight, eps)
+        add_norm(x, Product::Rows(cube(delta)), weight, eps)
     }
 
     fn linear_add_rms_norm(
@@ -178,12 +180,8 @@ where
             Some(shape) => launch_tiled(x, weight, shape, false),
             None => Err((x, weight)),
         };
-        // k-sliced: the norm sums the slices itself (no split-sum launch).
-        let delta = match tiled {
-            Ok(Tiled::Partials(partial, splits)) => Delta::Partials(partial, splits),
-            Ok(Tiled::Output(y)) => Delta::Rows(y),
-            Err((x, w)) => Delta::Rows(cube(crate::reference::linear(x, w))),
-        };
+        // A k-sliced product reaches the norm as its partial sums (no split-sum launch).
+        let delta = tiled.unwrap_or_else(|(x, w)| Product::Rows(cube(crate::reference::linear(x, w))));
         add_norm(residual, delta, norm_weight, eps)
     }
 
@@ -817,15 +815,16 @@ where
 {
     let shape_out = [x.dims()[0], weight.dims()[0]];
     Ok(float(match launch_tiled(x, weight, shape, false)? {
-        Tiled::Output(y) => y,
-        Tiled::Partials(partial, splits) => sum_partials::<R, F>(&partial, splits, shape_out, false),
+        Product::Rows(y) => y,
+        Product::Partials(partial, splits) => sum_partials::<R, F>(&partial, splits, shape_out, false),
     }))
 }
 
-/// What a tensor-core linear launch leaves: its output, or the f32 partial sums of its `k`
-/// slices (`[splits, rows · n_out]`) for a launch that adds them.
-enum Tiled<R: CubeRuntime> {
-    Output(CubeTensor<R>),
+/// What a linear launch leaves for the next launch: its dense `F` rows, or the f32 partial sums
+/// of its `splits` k-slices (`[splits, rows · n_out]`) for a launch that adds them up (the split
+/// sum, or the residual add and norm).
+enum Product<R: CubeRuntime> {
+    Rows(CubeTensor<R>),
     Partials(CubeTensor<R>, usize),
 }
 
@@ -840,7 +839,7 @@ fn launch_tiled<R, F, I, BT>(
     shape: linear::MmaShape,
     swiglu: bool,
 ) -> Result<
-    Tiled<R>,
+    Product<R>,
     (
         Tensor<CubeBackend<R, F, I, BT>, 2>,
         Tensor<CubeBackend<R, F, I, BT>, 2>,
@@ -902,9 +901,9 @@ where
         );
     }
     Ok(if splits > 1 {
-        Tiled::Partials(partial, splits)
+        Product::Partials(partial, splits)
     } else {
-        Tiled::Output(y)
+        Product::Rows(y)
     })
 }
 
@@ -936,18 +935,12 @@ fn sum_partials<R: CubeRuntime, F: FloatElement>(
     y
 }
 
-/// The rows a residual add adds: a dense `F` tensor, or the f32 partial sums of a k-sliced
-/// tensor-core linear (`[splits, rows · hidden]`).
-enum Delta<R: CubeRuntime> {
-    Rows(CubeTensor<R>),
-    Partials(CubeTensor<R>, usize),
-}
-
 /// `x + delta` and its RMSNorm ([`norm::add_rms_norm_rows()`], or
 /// [`norm::add_partials_rms_norm_rows()`] summing the partials on the way).
+#[allow(clippy::type_complexity)]
 fn add_norm<R, F, I, BT>(
     x: Tensor<CubeBackend<R, F, I, BT>, 2>,
-    delta: Delta<R>,
+    delta: Product<R>,
     weight: Tensor<CubeBackend<R, F, I, BT>, 1>,
     eps: f64,
 ) -> (
@@ -967,23 +960,23 @@ where
     let (count, dim, planes) = cube_per_row(&x.client, rows, NORM_UNITS);
     let (vecs_of, inv_hidden, eps) = (|width: usize| hidden / width, 1.0 / hidden as f32, eps as f32);
     // Both kernels take the width of the `F` rows: it sets which units sum which squares, so the
-    // partial sums' path rounds exactly as the separate launches do. The f32 partials need
-    // twice its alignment; a (never allocated) misaligned buffer takes the split-sum launch.
+    // partial sums' path rounds exactly as the separate launches do. The f32 partials need twice
+    // its alignment (fresh buffers have it; a caller's misaligned one is summed separately).
     let width = vector_width(&[&x, &w, &sum, &y], hidden);
     let delta = match delta {
-        Delta::Partials(partial, splits)
+        Product::Partials(partial, splits)
             if !partial
                 .handle
                 .offset_start
                 .unwrap_or(0)
                 .is_multiple_of((width * size_of::<f32>()) as u64) =>
         {
-            Delta::Rows(sum_partials::<R, F>(&partial, splits, [rows, hidden], false))
+            Product::Rows(sum_partials::<R, F>(&partial, splits, [rows, hidden], false))
         }
         delta => delta,
     };
     match delta {
-        Delta::Rows(delta) => {
+        Product::Rows(delta) => {
             let width = vector_width(&[&x, &delta, &w, &sum, &y], hidden);
             // SAFETY: contiguous buffers of `rows · hidden` (x, delta, sum, y) and `hidden` elements.
             unsafe {
@@ -1004,7 +997,7 @@ where
                 );
             }
         }
-        Delta::Partials(partial, splits) => {
+        Product::Partials(partial, splits) => {
             assert_eq!(partial.dtype, DType::F32, "add_norm: partial sums are f32");
             assert_eq!(
                 partial.meta.shape().num_elements(),
@@ -1040,6 +1033,7 @@ where
 /// `x + Σ_s partial[s]` and its RMSNorm, the partial sums of `splits` k-slices given as one f32
 /// tensor `[splits · rows · hidden]` — what [`KernelOps::linear_add_rms_norm`] runs after a
 /// k-sliced tensor-core linear, here for tests on devices without tensor cores.
+#[allow(clippy::type_complexity)]
 pub fn add_partials_rms_norm<R, F, I, BT>(
     x: Tensor<CubeBackend<R, F, I, BT>, 2>,
     partial: Tensor<CubeBackend<R, F, I, BT>, 1>,
@@ -1056,7 +1050,7 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    add_norm(x, Delta::Partials(cube(partial), splits), weight, eps)
+    add_norm(x, Product::Partials(cube(partial), splits), weight, eps)
 }
 
 /// The streaming multiprocessors of the device that holds `t` (64 where the runtime does not
