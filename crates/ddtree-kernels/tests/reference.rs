@@ -408,7 +408,7 @@ fn gated_attention_multiplies_by_the_sigmoid_of_each_heads_gate_rows() {
         kv_heads: 1,
         head_dim: 4,
     };
-    let (n, width) = (3, 8); // hidden = heads · head_dim, so o_proj can be the identity
+    let (n, width) = (3, 8); // hidden = heads · head_dim (o_proj, not applied here, the identity)
     let device = Default::default();
     let query_w = random(&mut rng, width * width);
     let gate_w = random(&mut rng, width * width);
@@ -443,8 +443,8 @@ fn gated_attention_multiplies_by_the_sigmoid_of_each_heads_gate_rows() {
     let (cos, sin) = (tensor(&[1.0; 6], [n, 2]), tensor(&[0.0; 6], [n, 2]));
     let ctx = AttentionContext::causal(0);
     let x = tensor(&x, [n, width]);
-    let attn = values(plain.forward(x.clone(), cos.clone(), sin.clone(), &ctx, 0));
-    let got = values(gated.forward(x.clone(), cos, sin, &ctx, 0));
+    let attn = values(plain.attend(x.clone(), cos.clone(), sin.clone(), &ctx, 0));
+    let got = values(gated.attend(x.clone(), cos, sin, &ctx, 0));
     let gate = values(<B as KernelOps>::linear(x, tensor(&gate_w, [width, width])));
     let expected: Vec<f64> = attn
         .iter()

@@ -106,12 +106,7 @@ where
         }
         let shape = TENSOR_CORES
             .load(Ordering::Relaxed)
-            .then(|| {
-                let client = R::client(&x.device());
-                let shared = client.properties().hardware.max_shared_memory_size;
-                let k = x.dims()[1];
-                linear::MmaShape::choose_swiglu(rows, n_out, k, multiprocessors(&client), shared)
-            })
+            .then(|| shape_on_device(&x, &gate_up, linear::MmaShape::choose_swiglu))
             .flatten();
         let tiled = match shape {
             Some(shape) => launch_tiled(x, gate_up, shape, true),
@@ -786,10 +781,26 @@ where
     I: IntElement,
     BT: BoolElement,
 {
+    shape_on_device(x, weight, linear::MmaShape::choose)
+}
+
+/// The launch shape `choose` ([`linear::MmaShape::choose`] or its SwiGLU variant) picks for
+/// `x · weightᵀ` on their device's multiprocessors and shared memory.
+fn shape_on_device<R, F, I, BT>(
+    x: &Tensor<CubeBackend<R, F, I, BT>, 2>,
+    weight: &Tensor<CubeBackend<R, F, I, BT>, 2>,
+    choose: fn(usize, usize, usize, usize, usize) -> Option<linear::MmaShape>,
+) -> Option<linear::MmaShape>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
     let [rows, k] = x.dims();
     let client = R::client(&x.device());
     let shared = client.properties().hardware.max_shared_memory_size;
-    linear::MmaShape::choose(rows, weight.dims()[0], k, multiprocessors(&client), shared)
+    choose(rows, weight.dims()[0], k, multiprocessors(&client), shared)
 }
 
 /// [`linear_tiled`] with an explicit launch shape (benchmarks compare shapes with it); `Err`
@@ -935,8 +946,7 @@ fn sum_partials<R: CubeRuntime, F: FloatElement>(
     y
 }
 
-/// `x + delta` and its RMSNorm ([`norm::add_rms_norm_rows()`], or
-/// [`norm::add_partials_rms_norm_rows()`] summing the partials on the way).
+/// `x + delta` and its RMSNorm ([`norm::add_rms_norm_rows()`], summing partial sums on the way).
 #[allow(clippy::type_complexity)]
 fn add_norm<R, F, I, BT>(
     x: Tensor<CubeBackend<R, F, I, BT>, 2>,
@@ -958,73 +968,65 @@ where
     let sum = contiguous::<R, F, _>(&x, [rows, hidden]);
     let y = contiguous::<R, F, _>(&x, [rows, hidden]);
     let (count, dim, planes) = cube_per_row(&x.client, rows, NORM_UNITS);
-    let (vecs_of, inv_hidden, eps) = (|width: usize| hidden / width, 1.0 / hidden as f32, eps as f32);
-    // Both kernels take the width of the `F` rows: it sets which units sum which squares, so the
-    // partial sums' path rounds exactly as the separate launches do. The f32 partials need twice
-    // its alignment (fresh buffers have it; a caller's misaligned one is summed separately).
+    // Partial sums take the width of the `F` rows: it sets which units sum which squares, so
+    // they round exactly as the separate split sum and norm do. The f32 partials need twice its
+    // alignment (fresh buffers have it; a caller's misaligned one is summed separately).
     let width = vector_width(&[&x, &w, &sum, &y], hidden);
-    let delta = match delta {
+    let (delta, splits) = match delta {
         Product::Partials(partial, splits)
-            if !partial
+            if partial
                 .handle
                 .offset_start
                 .unwrap_or(0)
                 .is_multiple_of((width * size_of::<f32>()) as u64) =>
         {
-            Product::Rows(sum_partials::<R, F>(&partial, splits, [rows, hidden], false))
-        }
-        delta => delta,
-    };
-    match delta {
-        Product::Rows(delta) => {
-            let width = vector_width(&[&x, &delta, &w, &sum, &y], hidden);
-            // SAFETY: contiguous buffers of `rows · hidden` (x, delta, sum, y) and `hidden` elements.
-            unsafe {
-                norm::add_rms_norm_rows::launch_unchecked::<F, R>(
-                    &x.client,
-                    count,
-                    dim,
-                    width,
-                    array(&x),
-                    array(&delta),
-                    array(&w),
-                    array(&sum),
-                    array(&y),
-                    vecs_of(width),
-                    inv_hidden,
-                    eps,
-                    planes,
-                );
-            }
-        }
-        Product::Partials(partial, splits) => {
             assert_eq!(partial.dtype, DType::F32, "add_norm: partial sums are f32");
             assert_eq!(
                 partial.meta.shape().num_elements(),
                 splits * rows * hidden,
                 "add_norm: partial sums of {splits} slices of [{rows}, {hidden}]"
             );
-            // SAFETY: contiguous buffers of `rows · hidden` (x, sum, y), `splits · rows · hidden`
-            // (partial) and `hidden` elements.
-            unsafe {
-                norm::add_partials_rms_norm_rows::launch_unchecked::<F, R>(
-                    &x.client,
-                    count,
-                    dim,
-                    width,
-                    array(&x),
-                    array(&partial),
-                    array(&w),
-                    array(&sum),
-                    array(&y),
-                    vecs_of(width),
-                    rows * hidden / width,
-                    inv_hidden,
-                    eps,
-                    splits,
-                    planes,
-                );
-            }
+            (partial, splits)
+        }
+        Product::Partials(partial, splits) => {
+            (sum_partials::<R, F>(&partial, splits, [rows, hidden], false), 1)
+        }
+        Product::Rows(delta) => (delta, 1),
+    };
+    let width = if splits > 1 {
+        width
+    } else {
+        vector_width(&[&x, &delta, &w, &sum, &y], hidden)
+    };
+    // The two launches differ only in the type of `delta` (`F` rows or f32 partial sums).
+    macro_rules! launch_add_rms_norm {
+        ($delta_type:ty) => {
+            norm::add_rms_norm_rows::launch_unchecked::<F, $delta_type, R>(
+                &x.client,
+                count,
+                dim,
+                width,
+                array(&x),
+                array(&delta),
+                array(&w),
+                array(&sum),
+                array(&y),
+                hidden / width,
+                rows * hidden / width,
+                1.0 / hidden as f32,
+                eps as f32,
+                splits,
+                planes,
+            )
+        };
+    }
+    // SAFETY: contiguous buffers of `rows · hidden` (x, sum, y), `splits · rows · hidden` (delta)
+    // and `hidden` (w) elements.
+    unsafe {
+        if splits > 1 {
+            launch_add_rms_norm!(f32);
+        } else {
+            launch_add_rms_norm!(F);
         }
     }
     (float(sum), float(y))

@@ -34,57 +34,19 @@ pub fn rms_norm_rows<F: Float, N: Size>(
     normalise_row::<F, N>(x, weight, y, base, hidden_vecs, squares, inv_hidden, eps, planes);
 }
 
-/// `sum = x + delta`, then `y = rms_norm(sum) · weight`, for `x, delta, sum, y: [rows, hidden]`:
-/// the residual add and the next pre-norm in one launch. The norm reads the sum as stored (in
-/// `F`), exactly as the separate add and norm do; each unit re-reads only what it wrote.
+/// `sum = x + delta`, then `y = rms_norm(sum) · weight`, for `x, sum, y: [rows, hidden]`: the
+/// residual add and the next pre-norm in one launch. `delta` is `[splits, rows · hidden]` of type
+/// `D` (`len = rows · hidden / N`): with one split, the rows to add (`D = F`); with several, the
+/// f32 partial sums of a k-sliced [`super::linear::linear_mma()`], summed in slice order and
+/// rounded to `F` as [`super::linear::linear_split_sum()`] stores them — so the result is bit for
+/// bit that of the split sum followed by the add and norm, one launch and one round trip fewer.
+/// The norm reads the sum as stored (in `F`), exactly as the separate add and norm do; each unit
+/// re-reads only what it wrote.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn add_rms_norm_rows<F: Float, N: Size>(
+pub fn add_rms_norm_rows<F: Float, D: Float, N: Size>(
     x: &Array<Vector<F, N>>,
-    delta: &Array<Vector<F, N>>,
-    weight: &Array<Vector<F, N>>,
-    sum: &mut Array<Vector<F, N>>,
-    y: &mut Array<Vector<F, N>>,
-    hidden_vecs: usize,
-    inv_hidden: f32,
-    eps: f32,
-    #[comptime] planes: usize,
-) {
-    let base = CUBE_POS_X as usize * hidden_vecs;
-    let mut squares = Vector::<f32, N>::new(0.0);
-    let mut i = UNIT_POS as usize;
-    while i < hidden_vecs {
-        let s = Vector::<F, N>::cast_from(
-            Vector::<f32, N>::cast_from(x[base + i]) + Vector::<f32, N>::cast_from(delta[base + i]),
-        );
-        sum[base + i] = s;
-        let v = Vector::<f32, N>::cast_from(s);
-        squares = fma(v, v, squares);
-        i += CUBE_DIM as usize;
-    }
-    normalise_row::<F, N>(
-        sum,
-        weight,
-        y,
-        base,
-        hidden_vecs,
-        squares,
-        inv_hidden,
-        eps,
-        planes,
-    );
-}
-
-/// [`add_rms_norm_rows()`] with `delta` given as the f32 partial sums of a k-sliced
-/// [`super::linear::linear_mma()`], `partial: [splits, rows · hidden]`: each `delta` value is
-/// summed in slice order and rounded to `F`, as [`super::linear::linear_split_sum()`] stores it,
-/// so the result is bit for bit that of the split sum followed by the add and norm — one launch
-/// and one round trip of `delta` fewer. `len = rows · hidden / N`.
-#[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
-pub fn add_partials_rms_norm_rows<F: Float, N: Size>(
-    x: &Array<Vector<F, N>>,
-    partial: &Array<Vector<f32, N>>,
+    delta: &Array<Vector<D, N>>,
     weight: &Array<Vector<F, N>>,
     sum: &mut Array<Vector<F, N>>,
     y: &mut Array<Vector<F, N>>,
@@ -99,13 +61,16 @@ pub fn add_partials_rms_norm_rows<F: Float, N: Size>(
     let mut squares = Vector::<f32, N>::new(0.0);
     let mut i = UNIT_POS as usize;
     while i < hidden_vecs {
-        let mut delta = Vector::<f32, N>::new(0.0);
-        #[unroll]
-        for s in 0..splits {
-            delta += partial[s * len + base + i];
+        let mut d = Vector::<f32, N>::cast_from(delta[base + i]);
+        if comptime!(splits > 1) {
+            d = Vector::<f32, N>::new(0.0);
+            #[unroll]
+            for s in 0..splits {
+                d += Vector::<f32, N>::cast_from(delta[s * len + base + i]);
+            }
+            d = Vector::<f32, N>::cast_from(Vector::<F, N>::cast_from(d));
         }
-        let delta = Vector::<f32, N>::cast_from(Vector::<F, N>::cast_from(delta));
-        let s = Vector::<F, N>::cast_from(Vector::<f32, N>::cast_from(x[base + i]) + delta);
+        let s = Vector::<F, N>::cast_from(Vector::<f32, N>::cast_from(x[base + i]) + d);
         sum[base + i] = s;
         let v = Vector::<f32, N>::cast_from(s);
         squares = fma(v, v, squares);

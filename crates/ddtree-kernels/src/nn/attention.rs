@@ -110,21 +110,8 @@ impl<B: KernelOps> Attention<B> {
     /// rows `ctx.prefix_len..`), whose keys and values, with those of the first `context_rows`
     /// rows (key/value-only rows, written just before the queries: the drafter's projected
     /// context), are written into the cache first. `cos`/`sin` hold the rotary rows of all `n`
-    /// rows. Returns `[n - context_rows, hidden]`.
-    pub fn forward(
-        &mut self,
-        x: Tensor<B, 2>,
-        cos: Tensor<B, 2>,
-        sin: Tensor<B, 2>,
-        ctx: &AttentionContext<'_>,
-        context_rows: usize,
-    ) -> Tensor<B, 2> {
-        let out = self.attend(x, cos, sin, ctx, context_rows);
-        self.o_proj.forward(out)
-    }
-
-    /// [`Attention::forward`] up to the output projection (gate applied): `[n - context_rows,
-    /// heads · head_dim]`, for callers that fuse `o_proj` with what follows it
+    /// rows. Returns `[n - context_rows, heads · head_dim]`, gated where the layer is, before the
+    /// output projection [`Attention::o_proj`], which callers fuse with what follows it
     /// ([`RmsNorm::add_linear_forward`]).
     pub fn attend(
         &mut self,
