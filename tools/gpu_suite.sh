@@ -46,6 +46,8 @@ for part in "$@"; do
   stages) run stages "$bin" stages --device cuda ;;
   # Every launch shape of the tensor-core linear at the verify/drafter row counts, checked and timed.
   sweep) limit=480 run sweep "$bin" self-test --device cuda --no-bandwidth --sweep-tiles ;;
+  # The attention of an AR step, a drafter block and a B = 64 verify at 1–33 key slices.
+  sweep-attention) run sweep-attention "$bin" self-test --device cuda --no-bandwidth --sweep-attention ;;
   ncu)
     # Nsight Compute (needs a runtime that exposes the counters; `--clock-control none` leaves
     # the clocks alone): the GPU time and DRAM bytes of every kernel of a short stages run (one
@@ -54,7 +56,7 @@ for part in "$@"; do
     # kernels: the tensor-core linear and the attention in a verify at B=64 (after the
     # prefill's), the GEMV in an AR step.
     short=(stages --device cuda --reps 1 --warmup 0 --budgets 64)
-    run ncu-times bash -c "ncu --clock-control none --csv --print-units base \
+    limit=330 run ncu-times bash -c "ncu --clock-control none --csv --print-units base \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
       '$bin' ${short[*]} > '$out/ncu-times.csv' && gzip -f '$out/ncu-times.csv'"
     ;;

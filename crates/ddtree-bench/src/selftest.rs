@@ -32,6 +32,10 @@ pub struct Args {
     /// sizes (CUDA), each checked against burn's matmul.
     #[arg(long)]
     sweep_tiles: bool,
+    /// Also time the attention of an AR step, a drafter block and a B = 64 verify with the keys
+    /// cut into 1–33 slices (CUDA), each checked against the reference.
+    #[arg(long)]
+    sweep_attention: bool,
 }
 
 /// Uploads host values to the device and reads back what it holds (rounded to its float type).
@@ -51,6 +55,15 @@ fn on_device<B: KernelOps, const D: usize>(
 fn random(seed: u64, len: usize, scale: f32) -> Vec<f32> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..len).map(|_| rng.random_range(-scale..scale)).collect()
+}
+
+/// The visibility a test case names: "tree" (the ancestor sets `words`), "full", else causal.
+fn visibility<'a>(mode: &str, words: &'a [u64], words_per_row: usize) -> Result<Visibility<'a>, Error> {
+    Ok(match mode {
+        "tree" => Visibility::Tree(AncestorBits::new(words, words_per_row).ok_or("bits")?),
+        "full" => Visibility::Full,
+        _ => Visibility::Causal,
+    })
 }
 
 fn rel_err(got: &[f32], want: &[f32]) -> f32 {
@@ -122,6 +135,9 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         tensor_cores::check(&mut checks, !args.no_bandwidth)?;
         if args.sweep_tiles {
             tensor_cores::sweep(&mut checks)?;
+        }
+        if args.sweep_attention {
+            tensor_cores::sweep_attention(&mut checks)?;
         }
     }
     for (rows, hidden) in [(1, 4096), (17, 4096), (3, 100)] {
@@ -310,11 +326,58 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             values_ref,
             at,
         );
-        let got = B::qk_norm_rope_write(qkv, rows([qn, kn], [cos, sin], sizes), keys, values, at);
+        let got = B::qk_norm_rope_write(
+            qkv,
+            rows([qn.clone(), kn.clone()], [cos.clone(), sin.clone()], sizes),
+            keys,
+            values,
+            at,
+        );
         let name = format!("qk_norm_rope_write {n} rows ({context_rows} context)");
         checks.compare(&format!("{name}: queries"), &host_f32(got.0), &host_f32(want.0));
         checks.compare(&format!("{name}: keys"), &host_f32(got.1), &host_f32(want.1));
         checks.compare(&format!("{name}: values"), &host_f32(got.2), &host_f32(want.2));
+        // The QKV projection and the rotation as one op (on the GPU a k-sliced tensor-core
+        // projection's partial sums go straight into the rotation): bit for bit the separate
+        // launches, each on fresh caches (the op writes them in place).
+        let hidden = 4096;
+        let x = on_device::<B, 2>(random(29, n * hidden, 1.0), [n, hidden], device).0;
+        let w = on_device::<B, 2>(random(30, width * hidden, 0.05), [width, hidden], device).0;
+        let caches = || {
+            let cache_tensor = |seed| {
+                Tensor::<B, 3>::from_data(TensorData::new(random(seed, cache_len, 1.0), cache), device)
+            };
+            (cache_tensor(27), cache_tensor(28))
+        };
+        let (k0, v0) = caches();
+        let fused = B::linear_qk_norm_rope_write(
+            x.clone(),
+            w.clone(),
+            rows([qn.clone(), kn.clone()], [cos.clone(), sin.clone()], sizes),
+            k0,
+            v0,
+            at,
+        );
+        let (k1, v1) = caches();
+        let separate = B::qk_norm_rope_write(
+            <B as KernelOps>::linear(x, w),
+            rows([qn, kn], [cos, sin], sizes),
+            k1,
+            v1,
+            at,
+        );
+        let exact = [
+            (fused.0, separate.0),
+            (fused.1, separate.1),
+            (fused.2, separate.2),
+        ]
+        .into_iter()
+        .all(|(a, b)| host_f32(a) == host_f32(b));
+        checks.failures += usize::from(!exact);
+        println!(
+            "{}",
+            json!({ "check": format!("linear_qk_norm_rope_write {n}x{hidden} · {width}x{hidden}ᵀ ({context_rows} context): fused = separate launches"), "exact": exact, "ok": exact })
+        );
     }
     // Qwen3-8B's heads (32 q / 8 kv × 128), a Qwen3.5 layout (24 / 4 × 256) and head_dim 64
     // with six query heads per KV head: one row (AR), fewer than 16 queries per KV head, drafter
@@ -335,11 +398,7 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         let RandomTree {
             words, words_per_row, ..
         } = RandomTree::new(rows - 1, 1, 12);
-        let visibility = match mode {
-            "tree" => Visibility::Tree(AncestorBits::new(&words, words_per_row).ok_or("bits")?),
-            "full" => Visibility::Full,
-            _ => Visibility::Causal,
-        };
+        let visibility = visibility(mode, &words, words_per_row)?;
         let ctx = AttentionContext {
             prefix_len: prefix,
             visibility,
@@ -563,7 +622,9 @@ fn seconds_per_launch<B: KernelOps>(
 mod tensor_cores {
     use super::*;
     use ddtree_kernels::cube::linear::MmaShape;
-    use ddtree_kernels::cube::{Cuda, linear_tiled, linear_tiled_with, mma_shape, multiprocessors_of};
+    use ddtree_kernels::cube::{
+        Cuda, cached_attention_with, linear_tiled, linear_tiled_with, mma_shape, multiprocessors_of,
+    };
 
     /// The product, or a 1×1 zero tensor when the kernel declines the shape (so the comparison,
     /// whose lengths then differ, fails).
@@ -674,6 +735,79 @@ mod tensor_cores {
                                 "us": per_launch_s * 1e6, "of_4300": gbs / 4300.0 })
                     );
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The attention of an AR step (1 row, causal), a drafter block (16 rows, full) and a verify
+    /// at B = 64 (65 tree rows) after 2048 cached keys at Qwen3-8B's heads, with the keys cut
+    /// into the default number of slices and into 1–33: each checked against the reference, then
+    /// timed per launch (with its split combine) over key/value copies the L2 cannot hold.
+    pub fn sweep_attention(checks: &mut Checks) -> Result<(), Error> {
+        let device = Default::default();
+        let (q_heads, kv_heads, head_dim, prefix) = (32, 8, 128, 2048);
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        for (rows, mode) in [(1, "causal"), (16, "full"), (65, "tree")] {
+            let RandomTree {
+                words, words_per_row, ..
+            } = RandomTree::new(rows - 1, 1, 12);
+            let visibility = visibility(mode, &words, words_per_row)?;
+            let ctx = AttentionContext {
+                prefix_len: prefix,
+                visibility,
+                window: None,
+            };
+            let (q, q_ref) = on_device::<Cuda, 3>(
+                random(8, rows * q_heads * head_dim, 2.0),
+                [rows, q_heads, head_dim],
+                &device,
+            );
+            let kv_shape = [kv_heads, prefix + rows, head_dim];
+            let copies: Vec<_> = (0..8)
+                .map(|_| {
+                    let kv = || Tensor::<Cuda, 3>::random(kv_shape, Distribution::Normal(0.0, 1.0), &device);
+                    (kv(), kv())
+                })
+                .collect();
+            let held = |t: &Tensor<Cuda, 3>| {
+                Tensor::<Cpu, 3>::from_data(
+                    TensorData::new(host_f32(t.clone()), kv_shape),
+                    &Default::default(),
+                )
+            };
+            let (k0, v0) = &copies[0];
+            let want = host_f32(Cpu::cached_attention(q_ref, held(k0), held(v0), &ctx, scale));
+            for splits in [
+                None,
+                Some(1),
+                Some(2),
+                Some(3),
+                Some(4),
+                Some(6),
+                Some(8),
+                Some(11),
+                Some(17),
+                Some(33),
+            ] {
+                let attend = |(k, v): &(Tensor<Cuda, 3>, Tensor<Cuda, 3>)| {
+                    cached_attention_with(q.clone(), k.clone(), v.clone(), &ctx, scale, splits)
+                };
+                let name = format!("attention {rows} rows ({mode}) after {prefix}, splits {splits:?}");
+                checks.compare(&name, &host_f32(attend(&copies[0])), &want);
+                let launches = 4 * copies.len();
+                let s = repeat(1, 7, || -> Result<(), Error> {
+                    for i in 0..launches {
+                        attend(&copies[i % copies.len()]);
+                    }
+                    <Cuda as burn_tensor::backend::Backend>::sync(&device)?;
+                    Ok(())
+                })?;
+                println!(
+                    "{}",
+                    json!({ "sweep_attention": format!("{rows} rows ({mode}) after {prefix}"),
+                            "splits": splits, "us": s.median_ms * 1e3 / launches as f64 })
+                );
             }
         }
         Ok(())

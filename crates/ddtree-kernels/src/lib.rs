@@ -87,6 +87,19 @@ pub trait KernelOps: Backend {
         reference::qk_norm_rope_write(qkv, rows, keys, values, at)
     }
 
+    /// The fused QKV projection `x · Wᵀ` followed by [`KernelOps::qk_norm_rope_write`], which a
+    /// backend may fuse (a k-sliced projection's partial sums read by the rotation itself).
+    fn linear_qk_norm_rope_write(
+        x: Tensor<Self, 2>,
+        weight: Tensor<Self, 2>,
+        rows: nn::QkvRows<Self>,
+        keys: Tensor<Self, 3>,
+        values: Tensor<Self, 3>,
+        at: usize,
+    ) -> (Tensor<Self, 3>, Tensor<Self, 3>, Tensor<Self, 3>) {
+        Self::qk_norm_rope_write(<Self as KernelOps>::linear(x, weight), rows, keys, values, at)
+    }
+
     /// `x · Wᵀ` for a Hugging Face `[out, in]` weight ([`reference::linear`]).
     fn linear(x: Tensor<Self, 2>, weight: Tensor<Self, 2>) -> Tensor<Self, 2> {
         reference::linear(x, weight)

@@ -21,10 +21,11 @@ pub const MMA_KEYS: usize = 64;
 /// f32 per lane) and query fragments (`head_dim / 4` words) live in registers.
 pub const MMA_MAX_HEAD_DIM: usize = 128;
 
-/// Shared memory of an [`attention_mma()`] cube for `head_dim` and `elem`-byte floats: two
-/// slots of [`MMA_KEYS`] keys and values, rows padded by 16 bytes.
+/// Shared memory of an [`attention_mma()`] cube for `head_dim` and `elem`-byte floats, at most:
+/// two slots of [`MMA_KEYS`] keys and values, rows padded by 16 bytes; with `split_keys`, the
+/// other planes' f32 accumulators, maxima and sums for the merge.
 pub fn mma_shared_bytes(head_dim: usize, elem: usize) -> usize {
-    2 * 2 * MMA_KEYS * (head_dim * elem + 16)
+    2 * 2 * MMA_KEYS * (head_dim * elem + 16) + (MMA_QUERY_PLANES - 1) * 16 * (head_dim + 2) * 4
 }
 
 /// Attention over the committed prefix plus the block's rows for one KV head, [`MMA_QUERIES`]
@@ -45,7 +46,13 @@ pub fn mma_shared_bytes(head_dim: usize, elem: usize) -> usize {
 /// [`super::attention::attention_splits()`]. Keys past the split's end are copied from its last
 /// key (finite values) and masked.
 ///
-/// Launch with `CubeCount = (kv_heads, splits, ⌈rows · group / MMA_QUERIES⌉)`,
+/// With `split_keys` (for at most 16 queries per KV head, as in an AR step) the planes share
+/// the cube's 16 queries and each takes its own 16 keys of every step: one plane with all the
+/// work would walk a dependent chain four times as long while three planes idle. The planes'
+/// running maxima, sums and accumulators are then merged through shared memory, in plane order.
+///
+/// Launch with `CubeCount = (kv_heads, splits, ⌈rows · group / queries per cube⌉)` — the
+/// queries per cube are [`MMA_QUERIES`], or 16 with `split_keys` —,
 /// `CubeDim = (32, MMA_QUERY_PLANES)`, `N` 16 bytes of `F` (a 2-byte float), `head_dim` a
 /// multiple of 32 up to [`MMA_MAX_HEAD_DIM`], `keys_per_split` a multiple of [`MMA_KEYS`].
 #[cube(launch_unchecked)]
@@ -71,6 +78,7 @@ pub fn attention_mma<F: Float, N: Size>(
     #[comptime] kv_heads: usize,
     #[comptime] head_dim: usize,
     #[comptime] mode: u32,
+    #[comptime] split_keys: bool,
 ) {
     let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
     let size!(NA) = def.vector_size(cmma::MatrixIdent::A);
@@ -83,6 +91,12 @@ pub fn attention_mma<F: Float, N: Size>(
     let d_steps = comptime!(head_dim / 16);
     let d_tiles = comptime!(head_dim / 8);
     let key_tiles = comptime!(MMA_KEYS / 8);
+    // The key tiles of a step that a plane takes, and the first of them.
+    let plane_tiles = comptime!(if split_keys {
+        key_tiles / MMA_QUERY_PLANES
+    } else {
+        key_tiles
+    });
     let units = comptime!(32 * MMA_QUERY_PLANES);
 
     let kv_head = CUBE_POS_X as usize;
@@ -92,7 +106,12 @@ pub fn attention_mma<F: Float, N: Size>(
     let unit = UNIT_POS as usize;
     let g = lane / 4;
     let t = lane % 4;
-    let first = CUBE_POS_Z as usize * MMA_QUERIES + plane * 16;
+    let mut first = CUBE_POS_Z as usize * MMA_QUERIES + plane * 16;
+    let mut key0 = 0usize;
+    if comptime!(split_keys) {
+        first = CUBE_POS_Z as usize * 16;
+        key0 = plane * comptime!(8 * plane_tiles);
+    }
     let queries = rows * group;
     let kv_len = prefix_len + rows;
     let key_start = split * keys_per_split;
@@ -189,7 +208,7 @@ pub fn attention_mma<F: Float, N: Size>(
                 // four 8-dim groups (two k-steps).
                 let mut acc_s = Sequence::<Array<Vector<f32, NC>>>::new();
                 #[unroll]
-                for _ in 0..key_tiles {
+                for _ in 0..plane_tiles {
                     let mut acc = Array::<Vector<f32, NC>>::new(2usize);
                     acc[0] = Vector::<f32, NC>::new(0.0);
                     acc[1] = Vector::<f32, NC>::new(0.0);
@@ -198,8 +217,9 @@ pub fn attention_mma<F: Float, N: Size>(
                 #[unroll]
                 for s2 in 0..comptime!(d_steps / 2) {
                     #[unroll]
-                    for nt in 0..key_tiles {
-                        let row = at + (comptime!(8 * nt) + lane % 8) * pitch + comptime!(4 * s2) + lane / 8;
+                    for nt in 0..plane_tiles {
+                        let row =
+                            at + (key0 + comptime!(8 * nt) + lane % 8) * pitch + comptime!(4 * s2) + lane / 8;
                         let kf = def.load_matrix::<Vector<F, N>, NA>(
                             &k_s.slice(row, row + 1),
                             cmma::MatrixIdent::B,
@@ -225,11 +245,11 @@ pub fn attention_mma<F: Float, N: Size>(
                     let row = j / group;
                     let mut top = f32::min_value();
                     #[unroll]
-                    for nt in 0..key_tiles {
+                    for nt in 0..plane_tiles {
                         let mut scores = acc_s.index(nt)[h];
                         #[unroll]
                         for e in 0..2usize {
-                            let key = tile + comptime!(8 * nt + e) + 2 * t;
+                            let key = tile + key0 + comptime!(8 * nt + e) + 2 * t;
                             let mut visible = j < queries && key < key_end;
                             if visible {
                                 visible = sees(bits, row, key, prefix_len, words, window, mode);
@@ -247,7 +267,7 @@ pub fn attention_mma<F: Float, N: Size>(
                     m[h] = m_new;
                     let mut sum = 0.0f32;
                     #[unroll]
-                    for nt in 0..key_tiles {
+                    for nt in 0..plane_tiles {
                         let mut weights = acc_s.index(nt)[h];
                         #[unroll]
                         for e in 0..2usize {
@@ -275,7 +295,7 @@ pub fn attention_mma<F: Float, N: Size>(
                 // O += P·V: key tiles 2kk and 2kk + 1 are the P fragment of k-step kk, split into
                 // high and low `F` parts; ldmatrix.trans gives V at keys 2t, 2t + 1 (+ 8) of a dim.
                 #[unroll]
-                for kk in 0..comptime!(MMA_KEYS / 16) {
+                for kk in 0..comptime!(plane_tiles / 2) {
                     let mut p_hi = Array::<Vector<F, NA>>::new(4usize);
                     let mut p_lo = Array::<Vector<F, NA>>::new(4usize);
                     #[unroll]
@@ -294,7 +314,7 @@ pub fn attention_mma<F: Float, N: Size>(
                     }
                     #[unroll]
                     for dp in 0..comptime!(d_tiles / 2) {
-                        let key = comptime!(16 * kk) + ((lane / 8) % 2) * 8 + lane % 8;
+                        let key = key0 + comptime!(16 * kk) + ((lane / 8) % 2) * 8 + lane % 8;
                         let row = at + key * pitch + comptime!(2 * dp) + lane / 16;
                         let vf = def.load_matrix::<Vector<F, N>, NA>(
                             &v_s.slice(row, row + 1),
@@ -325,10 +345,13 @@ pub fn attention_mma<F: Float, N: Size>(
         sum += plane_shuffle_xor(sum, 2u32);
         l[h] = sum;
     }
+    if comptime!(split_keys) {
+        merge_planes(&mut acc_o, &mut m, &mut l, plane, g, t, head_dim);
+    }
     #[unroll]
     for h in 0..2usize {
         let j = first + g + comptime!(8 * h);
-        if j < queries {
+        if j < queries && (!split_keys || plane == 0) {
             let query = (j / group) * q_heads + kv_head * group + j % group;
             #[unroll]
             for dt in 0..d_tiles {
@@ -346,6 +369,79 @@ pub fn attention_mma<F: Float, N: Size>(
             if splits > 1 && t == 0 {
                 part_ml[2 * (split * rows * q_heads + query)] = m[h];
                 part_ml[2 * (split * rows * q_heads + query) + 1] = l[h];
+            }
+        }
+    }
+}
+
+/// With `split_keys`: plane 0 takes over the other planes' running maxima `m`, sums `l` and
+/// accumulators (each over its own keys), merged in plane order — `m = max m_p`,
+/// `l = Σ l_p · e^(m_p − m)`, `O = Σ O_p · e^(m_p − m)` — through shared memory.
+#[cube]
+fn merge_planes<NC: Size>(
+    acc_o: &mut Sequence<Array<Vector<f32, NC>>>,
+    m: &mut Array<f32>,
+    l: &mut Array<f32>,
+    plane: usize,
+    g: usize,
+    t: usize,
+    #[comptime] head_dim: usize,
+) {
+    let others = comptime!(MMA_QUERY_PLANES - 1);
+    let d_tiles = comptime!(head_dim / 8);
+    let mut o_s = SharedMemory::<f32>::new(comptime!(others * 16 * head_dim));
+    let mut ml_s = SharedMemory::<f32>::new(comptime!(others * 16 * 2));
+    if plane > 0 {
+        #[unroll]
+        for h in 0..2usize {
+            let row = (plane - 1) * 16 + g + comptime!(8 * h);
+            if t == 0 {
+                ml_s[2 * row] = m[h];
+                ml_s[2 * row + 1] = l[h];
+            }
+            #[unroll]
+            for dt in 0..d_tiles {
+                let o = acc_o.index(dt)[h];
+                #[unroll]
+                for e in 0..2usize {
+                    o_s[row * comptime!(head_dim) + comptime!(8 * dt + e) + 2 * t] = o[e];
+                }
+            }
+        }
+    }
+    sync_cube();
+    if plane == 0 {
+        #[unroll]
+        for h in 0..2usize {
+            let r = g + comptime!(8 * h);
+            let mut top = m[h];
+            #[unroll]
+            for p in 0..others {
+                top = f32::max(top, ml_s[2 * (p * 16 + r)]);
+            }
+            let mut scales = Array::<f32>::new(comptime!(others + 1));
+            scales[0] = f32::exp(m[h] - top);
+            let mut sum = l[h] * scales[0];
+            #[unroll]
+            for p in 0..others {
+                let scale = f32::exp(ml_s[2 * (p * 16 + r)] - top);
+                scales[comptime!(p + 1)] = scale;
+                sum += ml_s[2 * (p * 16 + r) + 1] * scale;
+            }
+            m[h] = top;
+            l[h] = sum;
+            #[unroll]
+            for dt in 0..d_tiles {
+                let mut o = acc_o.index(dt)[h] * Vector::<f32, NC>::new(scales[0]);
+                #[unroll]
+                for p in 0..others {
+                    #[unroll]
+                    for e in 0..2usize {
+                        let d = comptime!(8 * dt + e) + 2 * t;
+                        o[e] += o_s[(p * 16 + r) * comptime!(head_dim) + d] * scales[comptime!(p + 1)];
+                    }
+                }
+                acc_o.index_mut(dt)[h] = o;
             }
         }
     }

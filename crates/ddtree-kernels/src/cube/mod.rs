@@ -241,63 +241,31 @@ where
         values: Tensor<Self, 3>,
         at: usize,
     ) -> (Tensor<Self, 3>, Tensor<Self, 3>, Tensor<Self, 3>) {
-        let HeadShape {
-            heads,
-            kv_heads,
-            head_dim,
-        } = rows.shape;
-        let (keys, values) = (keys.into_primitive().tensor(), values.into_primitive().tensor());
-        // In place when the caches are ours alone and share one layout (the decode loop's case);
-        // otherwise the separate ops, which copy.
-        let in_place = keys.can_mut()
-            && values.can_mut()
-            && keys.meta.strides() == values.meta.strides()
-            && keys.meta.strides()[2] == 1;
-        if !in_place {
-            return crate::reference::qk_norm_rope_write(qkv, rows, float(keys), float(values), at);
-        }
         let [n, width] = qkv.dims();
-        let half = rows.cos.dims()[1];
-        let (qkv, cos, sin) = (cube(qkv), cube(rows.cos), cube(rows.sin));
-        let (q_norm, k_norm) = (
-            cube(rows.q_norm.weight().clone()),
-            cube(rows.k_norm.weight().clone()),
-        );
-        let queries = n - rows.context_rows;
-        let q = contiguous::<R, F, _>(&qkv, [queries, heads, head_dim]);
-        let (head_stride, row_stride) = (keys.meta.strides()[0], keys.meta.strides()[1]);
-        let plane = qkv.client.properties().hardware.plane_size_max;
-        // SAFETY: qkv is dense `[n, width]` with q, k and v inside each row; rows `at..at + n` lie
-        // inside the caches (the caller checks capacity); q is dense `[queries, heads, head_dim]`.
-        unsafe {
-            rope::qk_norm_rope_write_rows::launch_unchecked::<F, R>(
-                &qkv.client,
-                CubeCount::Static(n as u32, (heads + kv_heads) as u32, 1),
-                CubeDim::new_1d(plane),
-                array(&qkv),
-                array(&q_norm),
-                array(&k_norm),
-                array(&cos),
-                array(&sin),
-                array(&q),
-                view_array(&keys),
-                view_array(&values),
-                width,
-                rows.context_rows,
-                rows.k_at,
-                kv_heads * head_dim,
-                half,
-                head_stride,
-                row_stride,
-                at,
-                rows.q_norm.eps() as f32,
-                rows.k_norm.eps() as f32,
-                heads,
-                head_dim,
-                plane as usize,
-            );
+        qk_rope(Product::Rows(cube(qkv)), [n, width], rows, keys, values, at)
+    }
+
+    fn linear_qk_norm_rope_write(
+        x: Tensor<Self, 2>,
+        weight: Tensor<Self, 2>,
+        rows: QkvRows<Self>,
+        keys: Tensor<Self, 3>,
+        values: Tensor<Self, 3>,
+        at: usize,
+    ) -> (Tensor<Self, 3>, Tensor<Self, 3>, Tensor<Self, 3>) {
+        let n = x.dims()[0];
+        let width = weight.dims()[0];
+        if n <= linear::MAX_ROWS || !TENSOR_CORES.load(Ordering::Relaxed) {
+            let qkv = <Self as KernelOps>::linear(x, weight);
+            return Self::qk_norm_rope_write(qkv, rows, keys, values, at);
         }
-        (float(q), float(keys), float(values))
+        let tiled = match mma_shape(&x, &weight) {
+            Some(shape) => launch_tiled(x, weight, shape, false),
+            None => Err((x, weight)),
+        };
+        // A k-sliced projection reaches the rotation as its partial sums (no split-sum launch).
+        let qkv = tiled.unwrap_or_else(|(x, w)| Product::Rows(cube(crate::reference::linear(x, w))));
+        qk_rope(qkv, [n, width], rows, keys, values, at)
     }
 
     fn write_cache_rows(cache: Tensor<Self, 3>, rows: Tensor<Self, 3>, at: usize) -> Tensor<Self, 3> {
@@ -341,201 +309,7 @@ where
         ctx: &AttentionContext<'_>,
         scale: f64,
     ) -> Tensor<Self, 3> {
-        let [rows, q_heads, head_dim] = q.dims();
-        let kv_heads = k_cache.dims()[0];
-        let q = cube(q);
-        let (k, v) = (row_view(k_cache), row_view(v_cache));
-        let (k, v) = if k.meta.strides() == v.meta.strides() {
-            (k, v)
-        } else {
-            (into_contiguous(k), into_contiguous(v))
-        };
-        let (head_stride, row_stride) = (k.meta.strides()[0], k.meta.strides()[1]);
-        let client = q.client.clone();
-        let out = contiguous::<R, F, _>(&q, [rows, q_heads, head_dim]);
-        // Ancestor bits as little-endian u32 words; the other modes never read the buffer, so
-        // one uninitialised word stands in (an allocation, not an upload, per AR step and layer).
-        // SAFETY: the allocation holds the one word the argument spans.
-        let unread = || unsafe { ArrayArg::from_raw_parts(client.empty(size_of::<u32>()), 1) };
-        let (mode, bits, words_per_row) = match ctx.visibility {
-            Visibility::Causal => (attention::CAUSAL, unread(), 1),
-            Visibility::Full => (attention::FULL, unread(), 1),
-            Visibility::Tree(bits) => {
-                let words32: Vec<u32> = bits
-                    .words()
-                    .iter()
-                    .flat_map(|&w| [w as u32, (w >> 32) as u32])
-                    .collect();
-                (
-                    attention::TREE,
-                    upload_words(&client, &words32),
-                    2 * bits.words_per_row(),
-                )
-            }
-        };
-        let plane = client.properties().hardware.plane_size_max as usize;
-        // Queries and keys in vectors: the cache's strides must keep every key row aligned.
-        let width = vector_width(&[&q, &k, &v], head_dim);
-        let width = if head_stride.is_multiple_of(width) && row_stride.is_multiple_of(width) {
-            width
-        } else {
-            1
-        };
-        let group = q_heads / kv_heads;
-        let kv_len = ctx.prefix_len + rows;
-        let multiprocessors = multiprocessors(&client);
-        let queries = rows * q_heads;
-        // Tensor cores when the vectors are 16 bytes wide and the staged keys fit in shared
-        // memory: `mma.sync` with fragments in registers up to head_dim 128 for every block —
-        // an AR step's four queries per KV head fill a quarter of a plane's 16 rows, but what
-        // its attention costs is reading the keys and values, which this kernel streams with
-        // `cp.async` — and WMMA tiles beyond, from 16 queries per KV head on.
-        let max_shared = client.properties().hardware.max_shared_memory_size;
-        let wide = width * size_of::<F>() == 16;
-        let mma = wide
-            && head_dim.is_multiple_of(32)
-            && head_dim <= attention_mma::MMA_MAX_HEAD_DIM
-            && size_of::<F>() == 2
-            && has_mma::<R, F>(&client)
-            && has_ldmatrix::<R, F>(&client)
-            && attention_mma::mma_shared_bytes(head_dim, size_of::<F>()) <= max_shared;
-        let tiles = !mma
-            && wide
-            && rows * group >= 16
-            && head_dim.is_multiple_of(16)
-            && has_tensor_tiles::<R, F>(&client)
-            && attention::tiles_shared_bytes(head_dim, size_of::<F>()) <= max_shared;
-        // Blocks of queries per KV head, and enough splits of the keys to give every
-        // multiprocessor about two cubes.
-        let (step, row_blocks) = if mma {
-            (
-                attention_mma::MMA_KEYS,
-                (rows * group).div_ceil(attention_mma::MMA_QUERIES),
-            )
-        } else if tiles {
-            (
-                attention::TILE_KEYS,
-                (rows * group).div_ceil(attention::TILE_QUERIES),
-            )
-        } else {
-            let max_queries = attention::QUERY_STATE / head_dim;
-            assert!(
-                group <= max_queries,
-                "attention: {group} query heads per KV head exceed the kernel's {max_queries} queries per cube"
-            );
-            (plane, rows.div_ceil(max_queries / group))
-        };
-        // Tensor-core cubes are long and fit two per multiprocessor (`attention_mma`: 221
-        // registers per unit; `attention_tiles`: 97 registers and 74 KB of shared memory): at
-        // most one wave of them (a second, partial wave cost up to half the launch at B = 64);
-        // the others, at least one wave.
-        let steps = kv_len.div_ceil(step);
-        let blocks = kv_heads * row_blocks;
-        let wanted = if mma || tiles {
-            (2 * multiprocessors) / blocks
-        } else {
-            (2 * multiprocessors).div_ceil(blocks)
-        }
-        .clamp(1, steps);
-        let keys_per_split = steps.div_ceil(wanted) * step;
-        let splits = kv_len.div_ceil(keys_per_split);
-        let partials = if splits > 1 { splits * queries } else { 1 };
-        let part_acc = contiguous::<R, f32, _>(&q, [partials, head_dim]);
-        let part_ml = contiguous::<R, f32, _>(&q, [partials, 2]);
-        let cubes = CubeCount::Static(kv_heads as u32, splits as u32, row_blocks as u32);
-        // The two tensor-core kernels take the same arguments but for `q` (32-bit words for
-        // `mma.sync` fragments) and their planes per cube.
-        macro_rules! launch_tensor_core_attention {
-            ($($kernel:ident)::+, $q:expr, $planes:expr) => {
-                $($kernel)::+::launch_unchecked::<F, R>(
-                    &client,
-                    cubes,
-                    CubeDim::new_2d(32, $planes as u32),
-                    width,
-                    $q,
-                    view_array(&k),
-                    view_array(&v),
-                    bits,
-                    array(&out),
-                    array(&part_acc),
-                    array(&part_ml),
-                    head_stride,
-                    row_stride,
-                    ctx.prefix_len,
-                    rows,
-                    words_per_row,
-                    ctx.window.unwrap_or(0),
-                    scale as f32,
-                    keys_per_split,
-                    splits,
-                    q_heads,
-                    kv_heads,
-                    head_dim,
-                    mode,
-                )
-            };
-        }
-        // SAFETY: q/out are `[rows, q_heads, head_dim]`, k/v `[kv_heads, capacity, head_dim]`,
-        // q/out dense, k/v with a dense last dimension and strides that are multiples of the
-        // vector width; the block rows lie in the cache; the partial buffers hold
-        // `splits · rows · q_heads` entries when there is more than one split.
-        unsafe {
-            if mma {
-                launch_tensor_core_attention!(
-                    attention_mma::attention_mma,
-                    words(&q),
-                    attention_mma::MMA_QUERY_PLANES
-                );
-            } else if tiles {
-                launch_tensor_core_attention!(attention::attention_tiles, array(&q), attention::TILE_PLANES);
-            } else {
-                attention::attention_splits::launch_unchecked::<F, R>(
-                    &client,
-                    cubes,
-                    CubeDim::new_2d(plane as u32, ATTENTION_PLANES),
-                    width,
-                    array(&q),
-                    view_array(&k),
-                    view_array(&v),
-                    bits,
-                    array(&out),
-                    array(&part_acc),
-                    array(&part_ml),
-                    head_stride,
-                    row_stride,
-                    ctx.prefix_len,
-                    rows,
-                    words_per_row,
-                    ctx.window.unwrap_or(0),
-                    scale as f32,
-                    keys_per_split,
-                    attention::QUERY_STATE / head_dim / group,
-                    splits,
-                    q_heads,
-                    kv_heads,
-                    head_dim,
-                    plane,
-                    ATTENTION_PLANES as usize,
-                    mode,
-                );
-            }
-            if splits > 1 {
-                attention::attention_combine::launch_unchecked::<F, R>(
-                    &client,
-                    CubeCount::Static(queries as u32, 1, 1),
-                    CubeDim::new_2d(plane as u32, COMBINE_PLANES),
-                    array(&part_acc),
-                    array(&part_ml),
-                    array(&out),
-                    queries,
-                    splits,
-                    head_dim,
-                    plane,
-                    COMBINE_PLANES as usize,
-                );
-            }
-        }
-        float(out)
+        cached_attention_with(q, k_cache, v_cache, ctx, scale, None)
     }
 
     fn top_k_log_softmax(logits: Tensor<Self, 2>, k: usize) -> (Tensor<Self, 2>, Tensor<Self, 2, Int>) {
@@ -648,6 +422,374 @@ fn delta_rule<R: CubeRuntime, F: FloatElement, S: FloatElement>(
 /// Saved columns [`delta::gated_delta_rule()`] keeps per unit: one per branching row on a path
 /// (a draft tree is at most 17 deep; a sequence needs none).
 const DELTA_MAX_SLOTS: usize = 32;
+
+/// [`KernelOps::qk_norm_rope_write`] of a projection `[n, width]` given as the f32 partial sums
+/// of its `splits` k-slices (`[splits · n · width]`), as a k-sliced tensor-core QKV projection
+/// leaves them: the decode path reaches this through
+/// [`KernelOps::linear_qk_norm_rope_write`]; tests call it directly (`n` is the rotary rows').
+#[allow(clippy::type_complexity)]
+pub fn partials_qk_norm_rope_write<R, F, I, BT>(
+    partial: Tensor<CubeBackend<R, F, I, BT>, 1>,
+    splits: usize,
+    rows: QkvRows<CubeBackend<R, F, I, BT>>,
+    keys: Tensor<CubeBackend<R, F, I, BT>, 3>,
+    values: Tensor<CubeBackend<R, F, I, BT>, 3>,
+    at: usize,
+) -> (
+    Tensor<CubeBackend<R, F, I, BT>, 3>,
+    Tensor<CubeBackend<R, F, I, BT>, 3>,
+    Tensor<CubeBackend<R, F, I, BT>, 3>,
+)
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let n = rows.cos.dims()[0];
+    let width = partial.dims()[0] / (splits * n);
+    qk_rope(
+        Product::Partials(cube(partial), splits),
+        [n, width],
+        rows,
+        keys,
+        values,
+        at,
+    )
+}
+
+/// [`KernelOps::qk_norm_rope_write`] of a projection `[n, width]` given as its rows or as the
+/// partial sums of its k-slices ([`rope::qk_norm_rope_write_rows()`] adds them up).
+#[allow(clippy::type_complexity)]
+fn qk_rope<R, F, I, BT>(
+    qkv: Product<R>,
+    [n, width]: [usize; 2],
+    rows: QkvRows<CubeBackend<R, F, I, BT>>,
+    keys: Tensor<CubeBackend<R, F, I, BT>, 3>,
+    values: Tensor<CubeBackend<R, F, I, BT>, 3>,
+    at: usize,
+) -> (
+    Tensor<CubeBackend<R, F, I, BT>, 3>,
+    Tensor<CubeBackend<R, F, I, BT>, 3>,
+    Tensor<CubeBackend<R, F, I, BT>, 3>,
+)
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let HeadShape {
+        heads,
+        kv_heads,
+        head_dim,
+    } = rows.shape;
+    let (keys, values) = (keys.into_primitive().tensor(), values.into_primitive().tensor());
+    let (qkv, splits) = match qkv {
+        Product::Partials(partial, splits) => {
+            assert_eq!(
+                partial.meta.shape().num_elements(),
+                splits * n * width,
+                "qk_rope: partial sums of {splits} slices of [{n}, {width}]"
+            );
+            (partial, splits)
+        }
+        Product::Rows(qkv) => (qkv, 1),
+    };
+    // In place when the caches are ours alone and share one layout (the decode loop's case);
+    // otherwise the separate ops, which copy.
+    let in_place = keys.can_mut()
+        && values.can_mut()
+        && keys.meta.strides() == values.meta.strides()
+        && keys.meta.strides()[2] == 1;
+    if !in_place {
+        let qkv = if splits > 1 {
+            sum_partials::<R, F>(&qkv, splits, [n, width], false)
+        } else {
+            qkv
+        };
+        return crate::reference::qk_norm_rope_write(float(qkv), rows, float(keys), float(values), at);
+    }
+    let half = rows.cos.dims()[1];
+    let (cos, sin) = (cube(rows.cos), cube(rows.sin));
+    let (q_norm, k_norm) = (
+        cube(rows.q_norm.weight().clone()),
+        cube(rows.k_norm.weight().clone()),
+    );
+    let queries = n - rows.context_rows;
+    let q = contiguous::<R, F, _>(&cos, [queries, heads, head_dim]);
+    let (head_stride, row_stride) = (keys.meta.strides()[0], keys.meta.strides()[1]);
+    let plane = cos.client.properties().hardware.plane_size_max;
+    // The two launches differ only in the type of `qkv` (`F` rows or f32 partial sums).
+    macro_rules! launch_qk_rope {
+        ($qkv_type:ty) => {
+            rope::qk_norm_rope_write_rows::launch_unchecked::<F, $qkv_type, R>(
+                &cos.client,
+                CubeCount::Static(n as u32, (heads + kv_heads) as u32, 1),
+                CubeDim::new_1d(plane),
+                array(&qkv),
+                array(&q_norm),
+                array(&k_norm),
+                array(&cos),
+                array(&sin),
+                array(&q),
+                view_array(&keys),
+                view_array(&values),
+                width,
+                rows.context_rows,
+                rows.k_at,
+                kv_heads * head_dim,
+                half,
+                head_stride,
+                row_stride,
+                at,
+                rows.q_norm.eps() as f32,
+                rows.k_norm.eps() as f32,
+                n * width,
+                splits,
+                heads,
+                head_dim,
+                plane as usize,
+            )
+        };
+    }
+    // SAFETY: qkv is dense `[splits, n, width]` with q, k and v inside each row; rows
+    // `at..at + n` lie inside the caches (the caller checks capacity); q is dense
+    // `[queries, heads, head_dim]`.
+    unsafe {
+        if splits > 1 {
+            launch_qk_rope!(f32);
+        } else {
+            launch_qk_rope!(F);
+        }
+    }
+    (float(q), float(keys), float(values))
+}
+
+/// [`KernelOps::cached_attention`] on a CubeCL backend with the keys cut into about `splits`
+/// slices (clamped to the 64-key steps there are) instead of the count that gives every
+/// multiprocessor about two cubes — benchmarks compare split counts with it.
+pub fn cached_attention_with<R, F, I, BT>(
+    q: Tensor<CubeBackend<R, F, I, BT>, 3>,
+    k_cache: Tensor<CubeBackend<R, F, I, BT>, 3>,
+    v_cache: Tensor<CubeBackend<R, F, I, BT>, 3>,
+    ctx: &AttentionContext<'_>,
+    scale: f64,
+    splits: Option<usize>,
+) -> Tensor<CubeBackend<R, F, I, BT>, 3>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let [rows, q_heads, head_dim] = q.dims();
+    let kv_heads = k_cache.dims()[0];
+    let q = cube(q);
+    let (k, v) = (row_view(k_cache), row_view(v_cache));
+    let (k, v) = if k.meta.strides() == v.meta.strides() {
+        (k, v)
+    } else {
+        (into_contiguous(k), into_contiguous(v))
+    };
+    let (head_stride, row_stride) = (k.meta.strides()[0], k.meta.strides()[1]);
+    let client = q.client.clone();
+    let out = contiguous::<R, F, _>(&q, [rows, q_heads, head_dim]);
+    // Ancestor bits as little-endian u32 words; the other modes never read the buffer, so
+    // one uninitialised word stands in (an allocation, not an upload, per AR step and layer).
+    // SAFETY: the allocation holds the one word the argument spans.
+    let unread = || unsafe { ArrayArg::from_raw_parts(client.empty(size_of::<u32>()), 1) };
+    let (mode, bits, words_per_row) = match ctx.visibility {
+        Visibility::Causal => (attention::CAUSAL, unread(), 1),
+        Visibility::Full => (attention::FULL, unread(), 1),
+        Visibility::Tree(bits) => {
+            let words32: Vec<u32> = bits
+                .words()
+                .iter()
+                .flat_map(|&w| [w as u32, (w >> 32) as u32])
+                .collect();
+            (
+                attention::TREE,
+                upload_words(&client, &words32),
+                2 * bits.words_per_row(),
+            )
+        }
+    };
+    let plane = client.properties().hardware.plane_size_max as usize;
+    // Queries and keys in vectors: the cache's strides must keep every key row aligned.
+    let width = vector_width(&[&q, &k, &v], head_dim);
+    let width = if head_stride.is_multiple_of(width) && row_stride.is_multiple_of(width) {
+        width
+    } else {
+        1
+    };
+    let group = q_heads / kv_heads;
+    let kv_len = ctx.prefix_len + rows;
+    let multiprocessors = multiprocessors(&client);
+    let queries = rows * q_heads;
+    // Tensor cores when the vectors are 16 bytes wide and the staged keys fit in shared
+    // memory: `mma.sync` with fragments in registers up to head_dim 128 for every block —
+    // an AR step's four queries per KV head fill a quarter of a plane's 16 rows, but what
+    // its attention costs is reading the keys and values, which this kernel streams with
+    // `cp.async` — and WMMA tiles beyond, from 16 queries per KV head on.
+    let max_shared = client.properties().hardware.max_shared_memory_size;
+    let wide = width * size_of::<F>() == 16;
+    let mma = wide
+        && head_dim.is_multiple_of(32)
+        && head_dim <= attention_mma::MMA_MAX_HEAD_DIM
+        && size_of::<F>() == 2
+        && has_mma::<R, F>(&client)
+        && has_ldmatrix::<R, F>(&client)
+        && attention_mma::mma_shared_bytes(head_dim, size_of::<F>()) <= max_shared;
+    let tiles = !mma
+        && wide
+        && rows * group >= 16
+        && head_dim.is_multiple_of(16)
+        && has_tensor_tiles::<R, F>(&client)
+        && attention::tiles_shared_bytes(head_dim, size_of::<F>()) <= max_shared;
+    // Up to 16 queries per KV head (an AR step), the tensor-core planes share the queries and
+    // split each step's keys (`attention_mma`'s `split_keys`).
+    let split_keys = mma && rows * group <= 16;
+    // Blocks of queries per KV head, and enough splits of the keys to give every
+    // multiprocessor about two cubes.
+    let (step, row_blocks) = if mma {
+        (
+            attention_mma::MMA_KEYS,
+            (rows * group).div_ceil(if split_keys {
+                16
+            } else {
+                attention_mma::MMA_QUERIES
+            }),
+        )
+    } else if tiles {
+        (
+            attention::TILE_KEYS,
+            (rows * group).div_ceil(attention::TILE_QUERIES),
+        )
+    } else {
+        let max_queries = attention::QUERY_STATE / head_dim;
+        assert!(
+            group <= max_queries,
+            "attention: {group} query heads per KV head exceed the kernel's {max_queries} queries per cube"
+        );
+        (plane, rows.div_ceil(max_queries / group))
+    };
+    // Tensor-core cubes are long and fit two per multiprocessor (`attention_mma`: 221
+    // registers per unit; `attention_tiles`: 97 registers and 74 KB of shared memory): at
+    // most one wave of them (a second, partial wave cost up to half the launch at B = 64);
+    // the others, at least one wave.
+    let steps = kv_len.div_ceil(step);
+    let blocks = kv_heads * row_blocks;
+    let wanted = if let Some(splits) = splits {
+        splits
+    } else if mma || tiles {
+        (2 * multiprocessors) / blocks
+    } else {
+        (2 * multiprocessors).div_ceil(blocks)
+    }
+    .clamp(1, steps);
+    let keys_per_split = steps.div_ceil(wanted) * step;
+    let splits = kv_len.div_ceil(keys_per_split);
+    let partials = if splits > 1 { splits * queries } else { 1 };
+    let part_acc = contiguous::<R, f32, _>(&q, [partials, head_dim]);
+    let part_ml = contiguous::<R, f32, _>(&q, [partials, 2]);
+    let cubes = CubeCount::Static(kv_heads as u32, splits as u32, row_blocks as u32);
+    // The two tensor-core kernels take the same arguments but for `q` (32-bit words for
+    // `mma.sync` fragments) and their planes per cube.
+    macro_rules! launch_tensor_core_attention {
+        ($($kernel:ident)::+, $q:expr, $planes:expr $(, $extra:expr)*) => {
+            $($kernel)::+::launch_unchecked::<F, R>(
+                &client,
+                cubes,
+                CubeDim::new_2d(32, $planes as u32),
+                width,
+                $q,
+                view_array(&k),
+                view_array(&v),
+                bits,
+                array(&out),
+                array(&part_acc),
+                array(&part_ml),
+                head_stride,
+                row_stride,
+                ctx.prefix_len,
+                rows,
+                words_per_row,
+                ctx.window.unwrap_or(0),
+                scale as f32,
+                keys_per_split,
+                splits,
+                q_heads,
+                kv_heads,
+                head_dim,
+                mode,
+                $($extra),*
+            )
+        };
+    }
+    // SAFETY: q/out are `[rows, q_heads, head_dim]`, k/v `[kv_heads, capacity, head_dim]`,
+    // q/out dense, k/v with a dense last dimension and strides that are multiples of the
+    // vector width; the block rows lie in the cache; the partial buffers hold
+    // `splits · rows · q_heads` entries when there is more than one split.
+    unsafe {
+        if mma {
+            launch_tensor_core_attention!(
+                attention_mma::attention_mma,
+                words(&q),
+                attention_mma::MMA_QUERY_PLANES,
+                split_keys
+            );
+        } else if tiles {
+            launch_tensor_core_attention!(attention::attention_tiles, array(&q), attention::TILE_PLANES);
+        } else {
+            attention::attention_splits::launch_unchecked::<F, R>(
+                &client,
+                cubes,
+                CubeDim::new_2d(plane as u32, ATTENTION_PLANES),
+                width,
+                array(&q),
+                view_array(&k),
+                view_array(&v),
+                bits,
+                array(&out),
+                array(&part_acc),
+                array(&part_ml),
+                head_stride,
+                row_stride,
+                ctx.prefix_len,
+                rows,
+                words_per_row,
+                ctx.window.unwrap_or(0),
+                scale as f32,
+                keys_per_split,
+                attention::QUERY_STATE / head_dim / group,
+                splits,
+                q_heads,
+                kv_heads,
+                head_dim,
+                plane,
+                ATTENTION_PLANES as usize,
+                mode,
+            );
+        }
+        if splits > 1 {
+            attention::attention_combine::launch_unchecked::<F, R>(
+                &client,
+                CubeCount::Static(queries as u32, 1, 1),
+                CubeDim::new_2d(plane as u32, COMBINE_PLANES),
+                array(&part_acc),
+                array(&part_ml),
+                array(&out),
+                queries,
+                splits,
+                head_dim,
+                plane,
+                COMBINE_PLANES as usize,
+            );
+        }
+    }
+    float(out)
+}
 
 /// [`linear::linear_rows()`] for at most [`linear::MAX_ROWS`] rows: `x · Wᵀ`, or with `swiglu`
 /// the activation of a fused gate/up weight (`[rows, n_out / 2]`).

@@ -48,10 +48,15 @@ pub fn rope_rows<F: Float>(
 /// `context_rows` on) and `heads..heads + kv_heads` the keys and values. The normalised head,
 /// rounded to `F` as the separate norm stores it, is staged in shared memory so each lane can
 /// read its rotation partner.
+///
+/// `qkv` is `[splits, n · width]` of type `D`: with one split the projection (`D = F`); with
+/// several the f32 partial sums of a k-sliced [`super::linear::linear_mma()`], summed in slice
+/// order and rounded to `F` as [`super::linear::linear_split_sum()`] stores them — bit for bit
+/// the split sum followed by this kernel, one launch fewer (`len = n · width`).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn qk_norm_rope_write_rows<F: Float>(
-    qkv: &Array<F>,
+pub fn qk_norm_rope_write_rows<F: Float, D: Float>(
+    qkv: &Array<D>,
     q_norm: &Array<F>,
     k_norm: &Array<F>,
     cos: &Array<F>,
@@ -69,6 +74,8 @@ pub fn qk_norm_rope_write_rows<F: Float>(
     at: usize,
     q_eps: f32,
     k_eps: f32,
+    len: usize,
+    #[comptime] splits: usize,
     #[comptime] heads: usize,
     #[comptime] head_dim: usize,
     #[comptime] plane: usize,
@@ -89,7 +96,7 @@ pub fn qk_norm_rope_write_rows<F: Float>(
     for t in 0..per_lane {
         let d = lane + t * plane;
         if d < head_dim {
-            let v = f32::cast_from(qkv[src + d]);
+            let v = projected::<F, D>(qkv, src + d, len, splits);
             squares += v * v;
         }
     }
@@ -99,7 +106,7 @@ pub fn qk_norm_rope_write_rows<F: Float>(
         let d = lane + t * plane;
         if d < head_dim {
             let w = select(is_query, f32::cast_from(q_norm[d]), f32::cast_from(k_norm[d]));
-            let normed = F::cast_from(f32::cast_from(qkv[src + d]) / rms * w);
+            let normed = F::cast_from(projected::<F, D>(qkv, src + d, len, splits) / rms * w);
             staged[d] = f32::cast_from(normed);
         }
     }
@@ -126,8 +133,25 @@ pub fn qk_norm_rope_write_rows<F: Float>(
             } else {
                 let cell = kv_head * head_stride + (at + row) * row_stride + d;
                 keys[cell] = F::cast_from(out);
-                values[cell] = qkv[src + kv_width + d];
+                values[cell] = F::cast_from(projected::<F, D>(qkv, src + kv_width + d, len, splits));
             }
         }
     }
+}
+
+/// Element `i` of the projection as stored in `F`, widened to f32: read, or with several k-slices
+/// their partial sums added in slice order and rounded to `F`.
+#[cube]
+fn projected<F: Float, D: Float>(qkv: &Array<D>, i: usize, len: usize, #[comptime] splits: usize) -> f32 {
+    let mut value = 0.0f32;
+    if comptime!(splits > 1) {
+        #[unroll]
+        for s in 0..splits {
+            value += f32::cast_from(qkv[s * len + i]);
+        }
+        value = f32::cast_from(F::cast_from(value));
+    } else {
+        value = f32::cast_from(qkv[i]);
+    }
+    value
 }

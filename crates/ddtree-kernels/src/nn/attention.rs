@@ -125,10 +125,6 @@ impl<B: KernelOps> Attention<B> {
         let n = x.dims()[0];
         let queries = n - context_rows;
         let q_width = heads * head_dim;
-        let qkv = self.qkv.forward(x);
-        let gate = self
-            .gated
-            .then(|| qkv.clone().slice([context_rows..n, q_width..2 * q_width]));
         let rows = QkvRows {
             shape: self.shape,
             k_at: if self.gated { 2 * q_width } else { q_width },
@@ -138,7 +134,16 @@ impl<B: KernelOps> Attention<B> {
             cos,
             sin,
         };
-        let q = self.cache.write_qkv(qkv, rows, ctx.prefix_len - context_rows);
+        let at = ctx.prefix_len - context_rows;
+        // The gate needs the projection itself; without one, the projection and the rotation
+        // may run as one op.
+        let (q, gate) = if self.gated {
+            let qkv = self.qkv.forward(x);
+            let gate = qkv.clone().slice([context_rows..n, q_width..2 * q_width]);
+            (self.cache.write_qkv(qkv, rows, at), Some(gate))
+        } else {
+            (self.cache.write_projected_qkv(x, &self.qkv, rows, at), None)
+        };
         let (keys, values) = self.cache.tensors();
         let scale = (head_dim as f64).powf(-0.5);
         let out = B::cached_attention(q, keys, values, ctx, scale).reshape([queries, q_width]);

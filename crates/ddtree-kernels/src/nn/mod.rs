@@ -224,6 +224,25 @@ impl<B: KernelOps> KvCache<B> {
         queries.expect("the update closure always runs")
     }
 
+    /// [`KvCache::write_qkv`] of the projection `x · qkvᵀ`, computed by the same call
+    /// ([`KernelOps::linear_qk_norm_rope_write`]).
+    pub fn write_projected_qkv(
+        &mut self,
+        x: Tensor<B, 2>,
+        qkv: &Linear<B>,
+        rows: QkvRows<B>,
+        at: usize,
+    ) -> Tensor<B, 3> {
+        let mut queries = None;
+        self.update(|keys, values| {
+            let (q, keys, values) =
+                B::linear_qk_norm_rope_write(x, qkv.weight().clone(), rows, keys, values, at);
+            queries = Some(q);
+            (keys, values)
+        });
+        queries.expect("the update closure always runs")
+    }
+
     /// Moves rows `at + keep[i]` to `at + i` (`keep` increasing).
     pub fn compact(&mut self, at: usize, keep: &[usize]) {
         self.update(|keys, values| {

@@ -6,6 +6,7 @@
 use burn_ndarray::NdArray;
 use burn_tensor::{FloatDType, Int, Tensor, TensorData};
 use burn_wgpu::WgpuDevice;
+use ddtree_kernels::nn::QkvRows;
 use ddtree_kernels::{KernelOps, host_f32, host_ids};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -453,10 +454,21 @@ impl QkvCase {
         self.k_at() + 2 * self.shape.kv_heads * self.shape.head_dim
     }
 
-    /// The queries, keys cache and values cache after the step on backend `B`; with
-    /// `shared_caches` another handle holds the caches (the copying path).
-    fn run<B: KernelOps>(&self, device: &B::Device, shared_caches: bool) -> [Vec<f32>; 3] {
-        use ddtree_kernels::nn::{QkvRows, RmsNorm};
+    /// The fused projection's values.
+    fn qkv(&self) -> Vec<f32> {
+        values(self.seed, self.n * self.width(), 3.0)
+    }
+
+    /// The queries, keys cache and values cache after `step` (the rotation and cache write of
+    /// the projection it holds) on backend `B`; with `shared_caches` another handle holds the
+    /// caches (the copying path).
+    fn run<B: KernelOps>(
+        &self,
+        device: &B::Device,
+        shared_caches: bool,
+        step: impl FnOnce(QkvRows<B>, Tensor<B, 3>, Tensor<B, 3>) -> (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>),
+    ) -> [Vec<f32>; 3] {
+        use ddtree_kernels::nn::RmsNorm;
         let (n, d, s) = (self.n, self.shape.head_dim, self.seed);
         let cache = [self.shape.kv_heads, self.capacity, d];
         let cache_len = cache.iter().product();
@@ -470,11 +482,10 @@ impl QkvCase {
             cos: tensor(&values(s + 3, n * self.half, 1.0), [n, self.half], device),
             sin: tensor(&values(s + 4, n * self.half, 1.0), [n, self.half], device),
         };
-        let qkv = tensor(&values(s, n * self.width(), 3.0), [n, self.width()], device);
         let keys = tensor(&values(s + 5, cache_len, 1.0), cache, device);
         let values_cache = tensor(&values(s + 6, cache_len, 1.0), cache, device);
         let held = shared_caches.then(|| (keys.clone(), values_cache.clone()));
-        let (q, k, v) = B::qk_norm_rope_write(qkv, rows, keys, values_cache, self.at);
+        let (q, k, v) = step(rows, keys, values_cache);
         drop(held);
         [host_f32(q), host_f32(k), host_f32(v)]
     }
@@ -508,9 +519,16 @@ fn qk_norm_rope_write_matches_reference() {
             at: 5,
             seed: 50 + 10 * i as u64,
         };
-        let want = case.run::<Cpu>(&Default::default(), false);
+        let (qkv, shape) = (case.qkv(), [n, case.width()]);
+        let cpu = Default::default();
+        let want = case.run::<Cpu>(&cpu, false, |rows, keys, values| {
+            Cpu::qk_norm_rope_write(tensor(&qkv, shape, &cpu), rows, keys, values, case.at)
+        });
         for shared in [false, true] {
-            let got = case.run::<Gpu>(&gpu(), shared);
+            let device = gpu();
+            let got = case.run::<Gpu>(&device, shared, |rows, keys, values| {
+                Gpu::qk_norm_rope_write(tensor(&qkv, shape, &device), rows, keys, values, case.at)
+            });
             for (what, got, want) in [("queries", 0), ("keys", 1), ("values", 2)]
                 .map(|(what, j)| (what, &got[j], &want[j]))
             {
@@ -520,6 +538,47 @@ fn qk_norm_rope_write_matches_reference() {
                     "{NAME} qk_norm_rope_write case {i} ({what}, shared caches {shared}): error {err}"
                 );
             }
+        }
+    }
+}
+
+/// The rotation reading a k-sliced QKV projection's f32 partial sums gives the bits of the
+/// rotation of their sum, rounded to the float type as the split-sum launch stores it (the
+/// partial sums are exact in f32, so any summation order agrees), caches written in place and,
+/// when shared, copied.
+#[test]
+fn qk_norm_rope_write_from_partials_matches_the_summed_projection() {
+    use ddtree_kernels::nn::HeadShape;
+    let device = gpu();
+    for (splits, n, heads, kv_heads, head_dim, half) in [(2, 3, 4, 2, 16, 8), (8, 2, 2, 2, 64, 32), (3, 5, 3, 1, 24, 6)] {
+        let case = QkvCase {
+            n,
+            context_rows: 0,
+            shape: HeadShape {
+                heads,
+                kv_heads,
+                head_dim,
+            },
+            half,
+            gated: false,
+            capacity: n + 7,
+            at: 3,
+            seed: 90 + splits as u64,
+        };
+        let len = n * case.width();
+        let partial = exact(case.seed, splits * len);
+        let summed: Vec<f32> = (0..len)
+            .map(|i| (0..splits).map(|s| partial[s * len + i]).sum())
+            .collect();
+        for shared in [false, true] {
+            let want = case.run::<Gpu>(&device, shared, |rows, keys, values| {
+                Gpu::qk_norm_rope_write(tensor(&summed, [n, case.width()], &device), rows, keys, values, case.at)
+            });
+            let got = case.run::<Gpu>(&device, shared, |rows, keys, values| {
+                let partial = tensor::<Gpu, 1>(&partial, [splits * len], &device).cast(FloatDType::F32);
+                ddtree_kernels::cube::partials_qk_norm_rope_write(partial, splits, rows, keys, values, case.at)
+            });
+            assert_eq!(got, want, "{NAME} {splits} slices, {n} rows, shared caches {shared}");
         }
     }
 }
