@@ -60,6 +60,11 @@ for part in "$@"; do
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
       '$bin' ${short[*]} > '$out/ncu-times.csv' && gzip -f '$out/ncu-times.csv'"
     ;;
+  ncu-top-k)
+    # The GPU time of the drafter's top-K launches (both stages) in a short stages run.
+    run ncu-top-k bash -c "ncu --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
+      -k regex:top_k --launch-count 20 '$bin' stages --device cuda --reps 2 --warmup 0 --budgets 16 > '$out/ncu-top-k.csv'"
+    ;;
   ncu-linear)
     # The GPU time of each tensor-core linear launch (Nsight Compute, serialised) of a self-test,
     # to set beside the self-test's wall time per back-to-back launch (its `bandwidth` lines):
