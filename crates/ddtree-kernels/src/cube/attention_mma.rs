@@ -2,8 +2,8 @@
 //! `mma.sync` m16n8k16 and register-resident fragments, flash-attention style: scores, softmax
 //! weights and the output accumulator never leave the registers. Same arguments and outputs as
 //! [`super::attention::attention_tiles()`], which it replaces where the head dimension allows.
-//! AR's four queries per KV head fill a quarter of a plane's rows, but what their attention
-//! costs is the keys and values it streams; so AR and verify share one kernel.
+//! AR and verify share the kernel; with AR's four queries per KV head its planes share the
+//! queries and split the keys instead (`split_keys`).
 //! Reference: [`crate::reference::cached_attention`].
 
 use cubecl::prelude::barrier::{Barrier, copy_async};
@@ -91,7 +91,7 @@ pub fn attention_mma<F: Float, N: Size>(
     let d_steps = comptime!(head_dim / 16);
     let d_tiles = comptime!(head_dim / 8);
     let key_tiles = comptime!(MMA_KEYS / 8);
-    // The key tiles of a step that a plane takes, and the first of them.
+    // The key tiles of a step that a plane takes (with `split_keys` a quarter, from `key0`).
     let plane_tiles = comptime!(if split_keys {
         key_tiles / MMA_QUERY_PLANES
     } else {

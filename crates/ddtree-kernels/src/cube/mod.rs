@@ -171,13 +171,8 @@ where
         if rows <= linear::MAX_ROWS || !TENSOR_CORES.load(Ordering::Relaxed) {
             return crate::linear_add_rms_norm_unfused(x, weight, residual, norm_weight, eps);
         }
-        let tiled = match mma_shape(&x, &weight) {
-            Some(shape) => launch_tiled(x, weight, shape, false),
-            None => Err((x, weight)),
-        };
         // A k-sliced product reaches the norm as its partial sums (no split-sum launch).
-        let delta = tiled.unwrap_or_else(|(x, w)| Product::Rows(cube(crate::reference::linear(x, w))));
-        add_norm(residual, delta, norm_weight, eps)
+        add_norm(residual, tiled_product(x, weight), norm_weight, eps)
     }
 
     fn silu_mul(gate: Tensor<Self, 2>, up: Tensor<Self, 2>) -> Tensor<Self, 2> {
@@ -259,13 +254,8 @@ where
             let qkv = <Self as KernelOps>::linear(x, weight);
             return Self::qk_norm_rope_write(qkv, rows, keys, values, at);
         }
-        let tiled = match mma_shape(&x, &weight) {
-            Some(shape) => launch_tiled(x, weight, shape, false),
-            None => Err((x, weight)),
-        };
         // A k-sliced projection reaches the rotation as its partial sums (no split-sum launch).
-        let qkv = tiled.unwrap_or_else(|(x, w)| Product::Rows(cube(crate::reference::linear(x, w))));
-        qk_rope(qkv, [n, width], rows, keys, values, at)
+        qk_rope(tiled_product(x, weight), [n, width], rows, keys, values, at)
     }
 
     fn write_cache_rows(cache: Tensor<Self, 3>, rows: Tensor<Self, 3>, at: usize) -> Tensor<Self, 3> {
@@ -979,6 +969,25 @@ where
 enum Product<R: CubeRuntime> {
     Rows(CubeTensor<R>),
     Partials(CubeTensor<R>, usize),
+}
+
+/// `x · weightᵀ` on tensor cores for a fused consumer: the dense rows, or a k-sliced launch's
+/// partial sums; burn's matmul where the shape does not tile or the device lacks `mma.sync`.
+fn tiled_product<R, F, I, BT>(
+    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    weight: Tensor<CubeBackend<R, F, I, BT>, 2>,
+) -> Product<R>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let tiled = match mma_shape(&x, &weight) {
+        Some(shape) => launch_tiled(x, weight, shape, false),
+        None => Err((x, weight)),
+    };
+    tiled.unwrap_or_else(|(x, w)| Product::Rows(cube(crate::reference::linear(x, w))))
 }
 
 /// Launches [`linear::linear_mma()`] with `shape` (with `swiglu`, its SwiGLU variant on a fused
