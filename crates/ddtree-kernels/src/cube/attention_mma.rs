@@ -11,10 +11,14 @@ use cubecl::prelude::*;
 
 use super::attention::sees;
 
-/// Planes per cube of [`attention_mma()`], each with 16 queries of the cube's KV head.
+/// Planes per cube of [`attention_mma()`], each with [`MMA_PLANE_QUERIES`] queries of the cube's
+/// KV head.
 pub const MMA_QUERY_PLANES: usize = 4;
+/// Queries per plane of [`attention_mma()`]: the 16 rows of an `mma.sync` m16n8k16 tile. With
+/// `split_keys` they are the whole cube's.
+pub const MMA_PLANE_QUERIES: usize = 16;
 /// Queries per cube of [`attention_mma()`].
-pub const MMA_QUERIES: usize = 16 * MMA_QUERY_PLANES;
+pub const MMA_QUERIES: usize = MMA_PLANE_QUERIES * MMA_QUERY_PLANES;
 /// Keys per step of [`attention_mma()`].
 pub const MMA_KEYS: usize = 64;
 /// The largest head dimension [`attention_mma()`] takes: its output accumulator (`head_dim / 2`
@@ -52,7 +56,7 @@ pub fn mma_shared_bytes(head_dim: usize, elem: usize) -> usize {
 /// running maxima, sums and accumulators are then merged through shared memory, in plane order.
 ///
 /// Launch with `CubeCount = (kv_heads, splits, ⌈rows · group / queries per cube⌉)` — the
-/// queries per cube are [`MMA_QUERIES`], or 16 with `split_keys` —,
+/// queries per cube are [`MMA_QUERIES`], or [`MMA_PLANE_QUERIES`] with `split_keys` —,
 /// `CubeDim = (32, MMA_QUERY_PLANES)`, `N` 16 bytes of `F` (a 2-byte float), `head_dim` a
 /// multiple of 32 up to [`MMA_MAX_HEAD_DIM`], `keys_per_split` a multiple of [`MMA_KEYS`].
 #[cube(launch_unchecked)]
@@ -106,10 +110,10 @@ pub fn attention_mma<F: Float, N: Size>(
     let unit = UNIT_POS as usize;
     let g = lane / 4;
     let t = lane % 4;
-    let mut first = CUBE_POS_Z as usize * MMA_QUERIES + plane * 16;
+    let mut first = CUBE_POS_Z as usize * MMA_QUERIES + plane * MMA_PLANE_QUERIES;
     let mut key0 = 0usize;
     if comptime!(split_keys) {
-        first = CUBE_POS_Z as usize * 16;
+        first = CUBE_POS_Z as usize * MMA_PLANE_QUERIES;
         key0 = plane * comptime!(8 * plane_tiles);
     }
     let queries = rows * group;

@@ -618,10 +618,8 @@ where
     let multiprocessors = multiprocessors(&client);
     let queries = rows * q_heads;
     // Tensor cores when the vectors are 16 bytes wide and the staged keys fit in shared
-    // memory: `mma.sync` with fragments in registers up to head_dim 128 for every block —
-    // an AR step's four queries per KV head fill a quarter of a plane's 16 rows, but what
-    // its attention costs is reading the keys and values, which this kernel streams with
-    // `cp.async` — and WMMA tiles beyond, from 16 queries per KV head on.
+    // memory: `mma.sync` with fragments in registers up to head_dim 128 for every block,
+    // AR's single row included, and WMMA tiles beyond, from 16 queries per KV head on.
     let max_shared = client.properties().hardware.max_shared_memory_size;
     let wide = width * size_of::<F>() == 16;
     let mma = wide
@@ -637,16 +635,16 @@ where
         && head_dim.is_multiple_of(16)
         && has_tensor_tiles::<R, F>(&client)
         && attention::tiles_shared_bytes(head_dim, size_of::<F>()) <= max_shared;
-    // Up to 16 queries per KV head (an AR step), the tensor-core planes share the queries and
-    // split each step's keys (`attention_mma`'s `split_keys`).
-    let split_keys = mma && rows * group <= 16;
+    // Up to one plane's queries per KV head (an AR step), the tensor-core planes share the
+    // queries and split each step's keys (`attention_mma`'s `split_keys`).
+    let split_keys = mma && rows * group <= attention_mma::MMA_PLANE_QUERIES;
     // Blocks of queries per KV head, and enough splits of the keys to give every
     // multiprocessor about two cubes.
     let (step, row_blocks) = if mma {
         (
             attention_mma::MMA_KEYS,
             (rows * group).div_ceil(if split_keys {
-                16
+                attention_mma::MMA_PLANE_QUERIES
             } else {
                 attention_mma::MMA_QUERIES
             }),

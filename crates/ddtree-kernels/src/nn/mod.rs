@@ -215,13 +215,7 @@ impl<B: KernelOps> KvCache<B> {
     /// values at rows `at..`, and returns the queries `[queries, heads, head_dim]`
     /// ([`KernelOps::qk_norm_rope_write`]).
     pub fn write_qkv(&mut self, qkv: Tensor<B, 2>, rows: QkvRows<B>, at: usize) -> Tensor<B, 3> {
-        let mut queries = None;
-        self.update(|keys, values| {
-            let (q, keys, values) = B::qk_norm_rope_write(qkv, rows, keys, values, at);
-            queries = Some(q);
-            (keys, values)
-        });
-        queries.expect("the update closure always runs")
+        self.write_rows(|keys, values| B::qk_norm_rope_write(qkv, rows, keys, values, at))
     }
 
     /// [`KvCache::write_qkv`] of the projection `x · qkvᵀ`, computed by the same call
@@ -233,10 +227,20 @@ impl<B: KernelOps> KvCache<B> {
         rows: QkvRows<B>,
         at: usize,
     ) -> Tensor<B, 3> {
+        self.write_rows(|keys, values| {
+            B::linear_qk_norm_rope_write(x, qkv.weight().clone(), rows, keys, values, at)
+        })
+    }
+
+    /// Runs an op that takes the caches and returns the queries with the updated caches; keeps
+    /// the caches, returns the queries.
+    fn write_rows(
+        &mut self,
+        op: impl FnOnce(Tensor<B, 3>, Tensor<B, 3>) -> (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>),
+    ) -> Tensor<B, 3> {
         let mut queries = None;
         self.update(|keys, values| {
-            let (q, keys, values) =
-                B::linear_qk_norm_rope_write(x, qkv.weight().clone(), rows, keys, values, at);
+            let (q, keys, values) = op(keys, values);
             queries = Some(q);
             (keys, values)
         });
