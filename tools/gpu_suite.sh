@@ -46,6 +46,8 @@ for part in "$@"; do
   stages) run stages "$bin" stages --device cuda ;;
   # Every launch shape of the tensor-core linear at the verify/drafter row counts, checked and timed.
   sweep) limit=480 run sweep "$bin" self-test --device cuda --no-bandwidth --sweep-tiles ;;
+  # The same at 65 rows only (a B = 64 verify): about five minutes.
+  sweep-65) limit=480 run sweep-65 "$bin" self-test --device cuda --no-bandwidth --sweep-tiles 65 ;;
   # The attention of an AR step, a drafter block and a B = 64 verify at 1–33 key slices.
   sweep-attention) run sweep-attention "$bin" self-test --device cuda --no-bandwidth --sweep-attention ;;
   ncu)
@@ -86,6 +88,28 @@ for part in "$@"; do
       run ncu-sections bash -c "ncu ${sections[*]} -k regex:linear_rows --launch-skip 40 --launch-count 4 '$bin' ${short[*]} \
         && ncu ${sections[*]} -k regex:linear_mma --launch-skip 8 --launch-count 4 '$bin' ${short[*]} && $attention"
     fi
+    ;;
+  ncu-mma)
+    # Where the 65-row tensor-core linear's time goes: compute, memory, issue and stall sections,
+    # then every stall reason and the instruction mix, of one verify layer's four launches (QKV,
+    # o_proj, gate/up, down) at B = 64 (the first 16 launches are the drafter's prefill).
+    short=(stages --device cuda --reps 1 --warmup 0 --budgets 64)
+    pick=(-k regex:linear_mma --launch-skip 20 --launch-count 4)
+    run ncu-mma bash -c "ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section SchedulerStats ${pick[*]} '$bin' ${short[*]}"
+    run ncu-mma-stalls bash -c "ncu --clock-control none --csv \
+      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' ${pick[*]} '$bin' ${short[*]}"
+    run ncu-mma-mix bash -c "ncu --clock-control none --csv --metrics \
+      smsp__sass_inst_executed_op_local_ld.sum,smsp__sass_inst_executed_op_local_st.sum,smsp__sass_inst_executed_op_shared_ld.sum,smsp__sass_inst_executed_op_ldgsts.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum \
+      ${pick[*]} '$bin' ${short[*]}"
+    ;;
+  kernel-source)
+    # The CUDA source cubecl generates for every kernel of a short stages run (its compilation
+    # log, gzipped); `tools/kernel_sass.py` compiles chosen kernels to SASS as cubecl does, on any
+    # machine with NVRTC, ptxas and cuobjdump (no GPU needed).
+    run kernel-source env CUBECL_DEBUG_LOG="$out/cubecl.log" "$bin" stages --device cuda --reps 1 --warmup 0 --budgets 64
+    gzip -f "$out/cubecl.log"
     ;;
   # The same with burn's matmul for more than 8 rows: the baseline of the tensor-core linear.
   stages-matmul) run stages-matmul "$bin" stages --device cuda --tensor-cores false ;;

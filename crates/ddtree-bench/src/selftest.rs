@@ -29,9 +29,10 @@ pub struct Args {
     #[arg(long)]
     no_bandwidth: bool,
     /// Also time the tensor-core linear at every launch shape that fits the verify and drafter
-    /// sizes (CUDA), each checked against burn's matmul.
-    #[arg(long)]
-    sweep_tiles: bool,
+    /// sizes (CUDA), each checked against burn's matmul: at the given row counts
+    /// (`--sweep-tiles 65`), or at 16, 65 and 129 rows.
+    #[arg(long, num_args = 0.., value_delimiter = ',')]
+    sweep_tiles: Option<Vec<usize>>,
     /// Also time the attention of an AR step, a drafter block and a B = 64 verify with the keys
     /// cut into 1–33 slices (CUDA), each checked against the reference.
     #[arg(long)]
@@ -133,8 +134,9 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
     #[cfg(feature = "cuda")]
     if args.device == Device::Cuda {
         tensor_cores::check(&mut checks, !args.no_bandwidth)?;
-        if args.sweep_tiles {
-            tensor_cores::sweep(&mut checks)?;
+        if let Some(rows) = &args.sweep_tiles {
+            let rows = if rows.is_empty() { &[16, 65, 129][..] } else { rows };
+            tensor_cores::sweep(&mut checks, rows)?;
         }
         if args.sweep_attention {
             tensor_cores::sweep_attention(&mut checks)?;
@@ -681,21 +683,22 @@ mod tensor_cores {
         Ok(())
     }
 
-    /// The shape `linear_tiled` picks (marked) and the launch shapes around it (1–2 feature tiles
+    /// The shape `linear_tiled` picks (marked) and the launch shapes around it (1–3 feature tiles
     /// per plane, chunks of 64 or 128 k, 2–4 stages, 1–8 k-slices with at least half a cube per
-    /// core, within the device's shared memory) at the verify/drafter row counts and two Qwen3-8B
-    /// weight shapes, each checked against burn's matmul and timed like `bandwidth`.
-    pub fn sweep(checks: &mut Checks) -> Result<(), Error> {
+    /// core, within the device's shared memory, up to twice the accumulators `choose` allows —
+    /// those may spill) at `row_counts` and two Qwen3-8B weight shapes, each checked against
+    /// burn's matmul and timed like `bandwidth`.
+    pub fn sweep(checks: &mut Checks, row_counts: &[usize]) -> Result<(), Error> {
         let device = Default::default();
         for (n, k) in [(12288, 4096), (4096, 12288)] {
             let weights = weight_copies::<Cuda>(&device, n, k);
             let cores = multiprocessors_of(&weights[0]);
-            for rows in [16, 65, 129] {
+            for &rows in row_counts {
                 let x = Tensor::<Cuda, 2>::random([rows, k], Distribution::Normal(0.0, 1.0), &device);
                 let want = host_f32(x.clone().matmul(weights[0].clone().transpose()));
                 let chosen = mma_shape(&x, &weights[0]);
                 let mut shapes = Vec::new();
-                for f_tiles in [1, 2] {
+                for f_tiles in [1, 2, 3] {
                     for steps in [2, 4] {
                         for stages in [2, 3, 4] {
                             for k_splits in [1, 2, 4, 8] {
@@ -715,7 +718,7 @@ mod tensor_cores {
                     .chain(shapes.into_iter().filter(|s| Some(*s) != chosen))
                 {
                     let cubes = shape.columns(n) * shape.k_splits;
-                    let fits_registers = shape.t_tiles * shape.f_tiles <= MmaShape::MAX_ACCUMULATOR_TILES;
+                    let fits_registers = shape.t_tiles * shape.f_tiles <= 2 * MmaShape::MAX_ACCUMULATOR_TILES;
                     if !shape.fits(rows, n, k) || 2 * cubes < cores || !fits_registers {
                         continue;
                     }
