@@ -56,7 +56,8 @@ for part in "$@"; do
     # pass per kernel, launches serialised: compare kernels, not the stage totals).
     # `ncu-sections`: the throughput, occupancy and stall sections of a few launches of the main
     # kernels: the tensor-core linear and the attention in a verify at B=64 (after the
-    # prefill's), the GEMV in an AR step.
+    # prefill's; the first 16 tensor-core launches are the drafter's prefill), the GEMV in an AR
+    # step.
     short=(stages --device cuda --reps 1 --warmup 0 --budgets 64)
     limit=330 run ncu-times bash -c "ncu --clock-control none --csv --print-units base \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
@@ -86,7 +87,7 @@ for part in "$@"; do
       run ncu-attention bash -c "$attention"
     else
       run ncu-sections bash -c "ncu ${sections[*]} -k regex:linear_rows --launch-skip 40 --launch-count 4 '$bin' ${short[*]} \
-        && ncu ${sections[*]} -k regex:linear_mma --launch-skip 8 --launch-count 4 '$bin' ${short[*]} && $attention"
+        && ncu ${sections[*]} -k regex:linear_mma --launch-skip 20 --launch-count 4 '$bin' ${short[*]} && $attention"
     fi
     ;;
   ncu-mma)
