@@ -32,12 +32,13 @@ def blocks(log):
             yield text[: src.start()], src.group(1)
 
 
-def tool(env, name, patterns):
-    found = os.environ.get(env) or shutil.which(name)
-    for pattern in patterns if not found else []:
-        found = next(iter(sorted(glob.glob(pattern))), None) or found
+def tool(env, found, patterns):
+    """$env, else `found`, else the first file matching one of `patterns`."""
+    found = os.environ.get(env) or found
+    for pattern in [] if found else patterns:
+        found = found or next(iter(sorted(glob.glob(pattern))), None)
     if not found:
-        sys.exit(f"{name} not found: set {env}")
+        sys.exit(f"{env} not found: set it")
     return found
 
 
@@ -88,12 +89,11 @@ def loop_mix(sass):
 def main():
     log_path, names, out = sys.argv[1], sys.argv[2].split(","), pathlib.Path(sys.argv[3])
     arch = sys.argv[4] if len(sys.argv) > 4 else "sm_90a"
-    lib = ctypes.CDLL(tool("NVRTC", "libnvrtc.so", [f"{PIP}/cuda_nvrtc/lib/libnvrtc.so*",
-                                                    "/usr/local/cuda/lib64/libnvrtc.so*"])
-                      if not ctypes.util.find_library("nvrtc") or os.environ.get("NVRTC")
-                      else ctypes.util.find_library("nvrtc"))
-    ptxas = tool("PTXAS", "ptxas", [f"{PIP}/cuda_nvcc/bin/ptxas", "/usr/local/cuda/bin/ptxas"])
-    cuobjdump = tool("CUOBJDUMP", "cuobjdump", [f"{PIP}/cu*/bin/cuobjdump", "/usr/local/cuda/bin/cuobjdump"])
+    lib = ctypes.CDLL(tool("NVRTC", ctypes.util.find_library("nvrtc"),
+                           [f"{PIP}/cuda_nvrtc/lib/libnvrtc.so*", "/usr/local/cuda/lib64/libnvrtc.so*"]))
+    ptxas = tool("PTXAS", shutil.which("ptxas"), [f"{PIP}/cuda_nvcc/bin/ptxas", "/usr/local/cuda/bin/ptxas"])
+    cuobjdump = tool("CUOBJDUMP", shutil.which("cuobjdump"),
+                     [f"{PIP}/cu*/bin/cuobjdump", "/usr/local/cuda/bin/cuobjdump"])
     includes = os.environ.get("CUDA_INCLUDE", "").split(":") + glob.glob(f"{PIP}/cuda_*/include") + [
         "/usr/local/cuda/include"]
     options = [f"--gpu-architecture={arch}", "-lineinfo"] + [f"--include-path={d}" for d in includes if d]
