@@ -16,6 +16,10 @@ shift 2
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$out/machine.log"
 status=0
+# A short stages run (one AR step, one B = 64 verify, one draft) for the profiler parts, and the
+# tensor-core linear launches of its second verify layer (the first 16 are the drafter's prefill).
+short=(stages --device cuda --reps 1 --warmup 0 --budgets 64)
+verify_mma=(-k regex:linear_mma --launch-skip 20 --launch-count 4)
 run() {
   local name="$1"
   shift
@@ -56,9 +60,7 @@ for part in "$@"; do
     # pass per kernel, launches serialised: compare kernels, not the stage totals).
     # `ncu-sections`: the throughput, occupancy and stall sections of a few launches of the main
     # kernels: the tensor-core linear and the attention in a verify at B=64 (after the
-    # prefill's; the first 16 tensor-core launches are the drafter's prefill), the GEMV in an AR
-    # step.
-    short=(stages --device cuda --reps 1 --warmup 0 --budgets 64)
+    # prefill's), the GEMV in an AR step.
     limit=330 run ncu-times bash -c "ncu --clock-control none --csv --print-units base \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
       '$bin' ${short[*]} > '$out/ncu-times.csv' && gzip -f '$out/ncu-times.csv'"
@@ -79,7 +81,6 @@ for part in "$@"; do
     ;;
   ncu-sections | ncu-attention)
     # (`ncu-attention`: only the attention's two launches, skipping the prefill's 36.)
-    short=(stages --device cuda --reps 1 --warmup 0 --budgets 64)
     sections=(--clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis
       --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats)
     attention="ncu ${sections[*]} -k regex:attention_mma --launch-skip 50 --launch-count 2 '$bin' ${short[*]}"
@@ -87,29 +88,28 @@ for part in "$@"; do
       run ncu-attention bash -c "$attention"
     else
       run ncu-sections bash -c "ncu ${sections[*]} -k regex:linear_rows --launch-skip 40 --launch-count 4 '$bin' ${short[*]} \
-        && ncu ${sections[*]} -k regex:linear_mma --launch-skip 20 --launch-count 4 '$bin' ${short[*]} && $attention"
+        && ncu ${sections[*]} ${verify_mma[*]} '$bin' ${short[*]} && $attention"
     fi
     ;;
   ncu-mma)
     # Where the 65-row tensor-core linear's time goes: compute, memory, issue and stall sections,
     # then every stall reason and the instruction mix, of one verify layer's four launches (QKV,
-    # o_proj, gate/up, down) at B = 64 (the first 16 launches are the drafter's prefill).
-    short=(stages --device cuda --reps 1 --warmup 0 --budgets 64)
-    pick=(-k regex:linear_mma --launch-skip 20 --launch-count 4)
+    # o_proj, gate/up, down) at B = 64.
     run ncu-mma bash -c "ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
-      --section SchedulerStats ${pick[*]} '$bin' ${short[*]}"
+      --section SchedulerStats ${verify_mma[*]} '$bin' ${short[*]}"
     run ncu-mma-stalls bash -c "ncu --clock-control none --csv \
-      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' ${pick[*]} '$bin' ${short[*]}"
+      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' ${verify_mma[*]} '$bin' ${short[*]}"
     run ncu-mma-mix bash -c "ncu --clock-control none --csv --metrics \
       smsp__sass_inst_executed_op_local_ld.sum,smsp__sass_inst_executed_op_local_st.sum,smsp__sass_inst_executed_op_shared_ld.sum,smsp__sass_inst_executed_op_ldgsts.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum \
-      ${pick[*]} '$bin' ${short[*]}"
+      ${verify_mma[*]} '$bin' ${short[*]}"
     ;;
   kernel-source)
     # The CUDA source cubecl generates for every kernel of a short stages run (its compilation
     # log, gzipped); `tools/kernel_sass.py` compiles chosen kernels to SASS as cubecl does, on any
-    # machine with NVRTC, ptxas and cuobjdump (no GPU needed).
-    run kernel-source env CUBECL_DEBUG_LOG="$out/cubecl.log" "$bin" stages --device cuda --reps 1 --warmup 0 --budgets 64
+    # machine with NVRTC, ptxas and cuobjdump (no GPU needed). The log also turns on cubecl's
+    # profiler, so this run's timings are not the benchmark's.
+    run kernel-source env CUBECL_DEBUG_LOG="$out/cubecl.log" "$bin" "${short[@]}"
     gzip -f "$out/cubecl.log"
     ;;
   # The same with burn's matmul for more than 8 rows: the baseline of the tensor-core linear.

@@ -34,9 +34,8 @@ def blocks(log):
 
 def tool(env, found, patterns):
     """$env, else `found`, else the first file matching one of `patterns`."""
-    found = os.environ.get(env) or found
-    for pattern in [] if found else patterns:
-        found = found or next(iter(sorted(glob.glob(pattern))), None)
+    found = os.environ.get(env) or found or next(
+        (match for pattern in patterns for match in sorted(glob.glob(pattern))), None)
     if not found:
         sys.exit(f"{env} not found: set it")
     return found
@@ -50,30 +49,35 @@ def nvrtc_ptx(lib, source, options):
     if lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), None, 0, None, None):
         raise RuntimeError("nvrtcCreateProgram failed")
     opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
-    status = lib.nvrtcCompileProgram(prog, len(options), opts)
-    size = ctypes.c_size_t()
-    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-    log = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetProgramLog(prog, log)
-    if status:
-        raise RuntimeError(log.value.decode(errors="replace")[-2000:])
-    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
-    ptx = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetPTX(prog, ptx)
-    return ptx.value.decode()
+    try:
+        status = lib.nvrtcCompileProgram(prog, len(options), opts)
+        size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        if status:
+            raise RuntimeError(log.value.decode(errors="replace")[-2000:])
+        lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+        ptx = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetPTX(prog, ptx)
+        return ptx.value.decode()
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
 def loop_mix(sass):
-    """The instruction mix of the innermost loop holding the most MMAs (a backward branch)."""
+    """The instruction mix of the loop (a backward branch) holding the most MMAs, the innermost of
+    equals."""
     ins = re.findall(r"^\s+/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass, re.M)
     ins = [(int(a, 16), text.strip()) for a, text in ins]
+    index = {address: j for j, (address, _) in enumerate(ins)}
     best = None
     for i, (_, text) in enumerate(ins):
         m = re.search(r"\bBRA\b.*0x([0-9a-f]+)", text)
         if not m:
             continue
         target = int(m.group(1), 16)
-        start = next((j for j, (a, _) in enumerate(ins) if a == target), None)
+        start = index.get(target)
         if start is None or start > i:
             continue
         body = ins[start : i + 1]
