@@ -20,6 +20,14 @@ status=0
 # tensor-core linear launches of its second verify layer (the first 16 are the drafter's prefill).
 short=(stages --device cuda --reps 1 --warmup 0 --budgets 64)
 verify_mma=(-k regex:linear_mma --launch-skip 20 --launch-count 4)
+# The attention of an AR step's tenth layer (after the target's 36 prefill launches and the
+# drafter's 5), and of the B = 64 verify's tenth layer (after the AR step's 36 and the 220 of its
+# host-cost probe).
+ar_attention=(-k regex:attention_mma --launch-skip 50 --launch-count 1)
+verify_attention=(-k regex:attention_mma --launch-skip 307 --launch-count 1)
+# An instruction mix: local and shared loads, asynchronous copies, all instructions, the
+# tensor pipe's activity, shared-memory wavefronts and bank conflicts.
+mix=smsp__sass_inst_executed_op_local_ld.sum,smsp__sass_inst_executed_op_local_st.sum,smsp__sass_inst_executed_op_shared_ld.sum,smsp__sass_inst_executed_op_ldgsts.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
 run() {
   local name="$1"
   shift
@@ -79,17 +87,25 @@ for part in "$@"; do
       -k regex:linear_mma --launch-count 600 '$bin' self-test --device cuda > '$out/ncu-linear.csv' \
       && gzip -f '$out/ncu-linear.csv'"
     ;;
-  ncu-sections | ncu-attention)
-    # (`ncu-attention`: only the attention's two launches, skipping the prefill's 36.)
+  ncu-sections)
     sections=(--clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis
       --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats)
-    attention="ncu ${sections[*]} -k regex:attention_mma --launch-skip 50 --launch-count 2 '$bin' ${short[*]}"
-    if [ "$part" = ncu-attention ]; then
-      run ncu-attention bash -c "$attention"
-    else
-      run ncu-sections bash -c "ncu ${sections[*]} -k regex:linear_rows --launch-skip 40 --launch-count 4 '$bin' ${short[*]} \
-        && ncu ${sections[*]} ${verify_mma[*]} '$bin' ${short[*]} && $attention"
-    fi
+    run ncu-sections bash -c "ncu ${sections[*]} -k regex:linear_rows --launch-skip 40 --launch-count 4 '$bin' ${short[*]} \
+      && ncu ${sections[*]} ${verify_mma[*]} '$bin' ${short[*]} \
+      && ncu ${sections[*]} ${ar_attention[*]} '$bin' ${short[*]}"
+    ;;
+  ncu-attention)
+    # Where the attention's time goes, in an AR step and in a B = 64 verify (one layer each):
+    # sections, every stall reason, the instruction mix.
+    for which in ar_attention verify_attention; do
+      declare -n pick="$which"
+      run "ncu-$which" bash -c "ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats ${pick[*]} '$bin' ${short[*]}"
+      run "ncu-$which-stalls" bash -c "ncu --clock-control none --csv \
+        --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio',${mix} ${pick[*]} '$bin' ${short[*]}"
+      unset -n pick
+    done
     ;;
   ncu-mma)
     # Where the 65-row tensor-core linear's time goes: compute, memory, issue and stall sections,
@@ -100,9 +116,7 @@ for part in "$@"; do
       --section SchedulerStats ${verify_mma[*]} '$bin' ${short[*]}"
     run ncu-mma-stalls bash -c "ncu --clock-control none --csv \
       --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' ${verify_mma[*]} '$bin' ${short[*]}"
-    run ncu-mma-mix bash -c "ncu --clock-control none --csv --metrics \
-      smsp__sass_inst_executed_op_local_ld.sum,smsp__sass_inst_executed_op_local_st.sum,smsp__sass_inst_executed_op_shared_ld.sum,smsp__sass_inst_executed_op_ldgsts.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum \
-      ${verify_mma[*]} '$bin' ${short[*]}"
+    run ncu-mma-mix bash -c "ncu --clock-control none --csv --metrics $mix ${verify_mma[*]} '$bin' ${short[*]}"
     ;;
   kernel-source)
     # The CUDA source cubecl generates for every kernel of a short stages run (its compilation

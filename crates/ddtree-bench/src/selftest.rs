@@ -416,12 +416,26 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         let (v, v_ref) = on_device::<B, 3>(random(10, kv_heads * capacity * head_dim, 1.0), kv_shape, device);
         let scale = 1.0 / (head_dim as f64).sqrt();
         let want = host_f32(Cpu::cached_attention(q_ref, k_ref, v_ref, &ctx, scale));
-        let got = host_f32(B::cached_attention(q, k, v, &ctx, scale));
+        let got = host_f32(B::cached_attention(q.clone(), k.clone(), v.clone(), &ctx, scale));
         checks.compare(
             &format!("attention {rows} rows after {prefix}, {q_heads}/{kv_heads}×{head_dim}, {visibility:?}, window {window:?}"),
             &got,
             &want,
         );
+        if window.is_none() {
+            // A window wider than the cache hides nothing but sends every step through the
+            // mask: the same bits as the unmasked steps the kernel takes without a window.
+            let masked = AttentionContext {
+                window: Some(capacity),
+                ..ctx
+            };
+            let exact = host_f32(B::cached_attention(q, k, v, &masked, scale)) == got;
+            checks.failures += usize::from(!exact);
+            println!(
+                "{}",
+                json!({ "check": format!("attention {rows} rows after {prefix}, {q_heads}/{kv_heads}×{head_dim}, {mode}: unmasked steps = masked"), "exact": exact, "ok": exact })
+            );
+        }
     }
     {
         let (rows, cols) = (17, 151936);

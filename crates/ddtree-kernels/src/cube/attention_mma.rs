@@ -9,7 +9,7 @@
 use cubecl::prelude::barrier::{Barrier, copy_async};
 use cubecl::prelude::*;
 
-use super::attention::sees;
+use super::attention::{FULL, sees};
 
 /// Planes per cube of [`attention_mma()`], each with [`MMA_PLANE_QUERIES`] queries of the cube's
 /// KV head.
@@ -29,7 +29,14 @@ pub const MMA_MAX_HEAD_DIM: usize = 128;
 /// two slots of [`MMA_KEYS`] keys and values, rows padded by 16 bytes; with `split_keys`, the
 /// other planes' f32 accumulators, maxima and sums for the merge.
 pub fn mma_shared_bytes(head_dim: usize, elem: usize) -> usize {
-    2 * 2 * MMA_KEYS * (head_dim * elem + 16) + (MMA_QUERY_PLANES - 1) * 16 * (head_dim + 2) * 4
+    2 * 2 * MMA_KEYS * (head_dim * elem + 16) + (MMA_QUERY_PLANES - 1) * 16 * (merge_pitch(head_dim) + 2) * 4
+}
+
+/// The f32 row pitch of [`merge_planes()`]'s accumulators: eight floats of padding put the
+/// rows `g` (0–7) that the lanes of a plane write at once on different banks (8-way conflicts
+/// with rows of `head_dim`, a multiple of 32 floats; at most 2-way with the padding).
+fn merge_pitch(head_dim: usize) -> usize {
+    head_dim + 8
 }
 
 /// Attention over the committed prefix plus the block's rows for one KV head, [`MMA_QUERIES`]
@@ -117,10 +124,18 @@ pub fn attention_mma<F: Float, N: Size>(
         key0 = plane * comptime!(8 * plane_tiles);
     }
     let queries = rows * group;
+    let active = first < queries;
     let kv_len = prefix_len + rows;
     let key_start = split * keys_per_split;
     let key_end = usize::min(kv_len, key_start + keys_per_split);
     let steps = (key_end - key_start).div_ceil(MMA_KEYS);
+    // Keys before `open_end` are seen by every query (without a window): the prefix, and in
+    // `FULL` mode the block too.
+    let open_end = if comptime!(mode == FULL) {
+        key_end
+    } else {
+        usize::min(prefix_len, key_end)
+    };
     let kv_base = kv_head * head_stride / vec;
     let row_vecs = row_stride / vec;
 
@@ -179,166 +194,193 @@ pub fn attention_mma<F: Float, N: Size>(
     );
     barriers.index(0usize).commit_copy_async();
 
-    let mut base_step = 0usize;
-    while base_step < steps {
-        #[unroll]
-        for s in 0..2usize {
-            let step = base_step + s;
-            if step < steps {
-                barriers.index(s).arrive_and_wait();
-                // Every unit is past the previous step: its slot takes the next step's keys.
-                if step + 1 < steps {
-                    let other = comptime!(1 - s);
-                    copy_keys::<F, N>(
-                        k,
-                        v,
-                        &mut k_s,
-                        &mut v_s,
-                        comptime!(other * slot),
-                        key_start + (step + 1) * MMA_KEYS,
-                        key_end,
-                        kv_base,
-                        row_vecs,
-                        unit,
-                        head_vecs,
-                        units,
-                    );
-                    barriers.index(other).commit_copy_async();
-                }
-                let at = comptime!(s * slot);
-                let tile = key_start + step * MMA_KEYS;
+    for step in 0..steps {
+        // The slots alternate at run time, so the step's code exists once (unrolled per slot it
+        // outgrew the instruction cache); only the barriers branch on the slot.
+        let s = step % 2;
+        if s == 0 {
+            barriers.index(0usize).arrive_and_wait();
+        } else {
+            barriers.index(1usize).arrive_and_wait();
+        }
+        // Every unit is past the previous step: its slot takes the next step's keys.
+        if step + 1 < steps {
+            copy_keys::<F, N>(
+                k,
+                v,
+                &mut k_s,
+                &mut v_s,
+                (1 - s) * slot,
+                key_start + (step + 1) * MMA_KEYS,
+                key_end,
+                kv_base,
+                row_vecs,
+                unit,
+                head_vecs,
+                units,
+            );
+            if s == 0 {
+                barriers.index(1usize).commit_copy_async();
+            } else {
+                barriers.index(0usize).commit_copy_async();
+            }
+        }
+        // A plane whose queries all lie past the last (the last block's) only takes part
+        // in the copies and barriers.
+        if active {
+            let at = s * slot;
+            let tile = key_start + step * MMA_KEYS;
 
-                // S = Q·Kᵀ: ldmatrix gives a lane key `g` of a key tile at dims 2t, 2t + 1 of
-                // four 8-dim groups (two k-steps).
-                let mut acc_s = Sequence::<Array<Vector<f32, NC>>>::new();
+            // S = Q·Kᵀ: ldmatrix gives a lane key `g` of a key tile at dims 2t, 2t + 1 of
+            // four 8-dim groups (two k-steps).
+            let mut acc_s = Sequence::<Array<Vector<f32, NC>>>::new();
+            #[unroll]
+            for _ in 0..plane_tiles {
+                let mut acc = Array::<Vector<f32, NC>>::new(2usize);
+                acc[0] = Vector::<f32, NC>::new(0.0);
+                acc[1] = Vector::<f32, NC>::new(0.0);
+                acc_s.push(acc);
+            }
+            #[unroll]
+            for s2 in 0..comptime!(d_steps / 2) {
                 #[unroll]
-                for _ in 0..plane_tiles {
-                    let mut acc = Array::<Vector<f32, NC>>::new(2usize);
-                    acc[0] = Vector::<f32, NC>::new(0.0);
-                    acc[1] = Vector::<f32, NC>::new(0.0);
-                    acc_s.push(acc);
-                }
-                #[unroll]
-                for s2 in 0..comptime!(d_steps / 2) {
+                for nt in 0..plane_tiles {
+                    let row =
+                        at + (key0 + comptime!(8 * nt) + lane % 8) * pitch + comptime!(4 * s2) + lane / 8;
+                    let kf = def.load_matrix::<Vector<F, N>, NA>(
+                        &k_s.slice(row, row + 1),
+                        cmma::MatrixIdent::B,
+                        4usize,
+                        false,
+                    );
                     #[unroll]
-                    for nt in 0..plane_tiles {
-                        let row =
-                            at + (key0 + comptime!(8 * nt) + lane % 8) * pitch + comptime!(4 * s2) + lane / 8;
-                        let kf = def.load_matrix::<Vector<F, N>, NA>(
-                            &k_s.slice(row, row + 1),
-                            cmma::MatrixIdent::B,
-                            4usize,
-                            false,
-                        );
-                        #[unroll]
-                        for half in 0..2usize {
-                            let mut b = Array::<Vector<F, NA>>::new(2usize);
-                            b[0] = kf[comptime!(2 * half)];
-                            b[1] = kf[comptime!(2 * half + 1)];
-                            def.execute_inplace(qf.index(comptime!(2 * s2 + half)), &b, acc_s.index_mut(nt));
-                        }
+                    for half in 0..2usize {
+                        let mut b = Array::<Vector<F, NA>>::new(2usize);
+                        b[0] = kf[comptime!(2 * half)];
+                        b[1] = kf[comptime!(2 * half + 1)];
+                        def.execute_inplace(qf.index(comptime!(2 * s2 + half)), &b, acc_s.index_mut(nt));
                     }
                 }
+            }
 
-                // Online softmax on the fragments: element (h, e) of key tile nt is query row
-                // g + 8h, key tile + 8nt + 2t + e.
-                let mut corr = Array::<f32>::new(2usize);
+            // Online softmax on the fragments: element (h, e) of key tile nt is query row
+            // g + 8h, key tile + 8nt + 2t + e. A step of keys that every query sees skips
+            // the mask (same scores for the rows that exist).
+            let mut tops = Array::<f32>::new(2usize);
+            let keys = Keys {
+                first,
+                group,
+                queries,
+                tile: tile + key0,
+                key_end,
+                prefix_len,
+                words,
+                window,
+            };
+            if window == 0 && tile + MMA_KEYS <= open_end {
+                scale_scores::<NC>(
+                    &mut acc_s,
+                    &mut tops,
+                    bits,
+                    &keys,
+                    scale,
+                    g,
+                    t,
+                    plane_tiles,
+                    mode,
+                    false,
+                );
+            } else {
+                scale_scores::<NC>(
+                    &mut acc_s,
+                    &mut tops,
+                    bits,
+                    &keys,
+                    scale,
+                    g,
+                    t,
+                    plane_tiles,
+                    mode,
+                    true,
+                );
+            }
+            let mut corr = Array::<f32>::new(2usize);
+            #[unroll]
+            for h in 0..2usize {
+                let mut top = tops[h];
+                top = f32::max(top, plane_shuffle_xor(top, 1u32));
+                top = f32::max(top, plane_shuffle_xor(top, 2u32));
+                let m_new = f32::max(m[h], top);
+                corr[h] = f32::exp(m[h] - m_new);
+                m[h] = m_new;
+                let mut sum = 0.0f32;
+                #[unroll]
+                for nt in 0..plane_tiles {
+                    let mut weights = acc_s.index(nt)[h];
+                    #[unroll]
+                    for e in 0..2usize {
+                        let w = select(
+                            weights[e] > f32::min_value(),
+                            f32::exp(weights[e] - m_new),
+                            0.0f32,
+                        );
+                        weights[e] = w;
+                        sum += w;
+                    }
+                    acc_s.index_mut(nt)[h] = weights;
+                }
+                l[h] = l[h] * corr[h] + sum;
+            }
+            #[unroll]
+            for dt in 0..d_tiles {
                 #[unroll]
                 for h in 0..2usize {
-                    let j = first + g + comptime!(8 * h);
-                    let row = j / group;
-                    let mut top = f32::min_value();
-                    #[unroll]
-                    for nt in 0..plane_tiles {
-                        let mut scores = acc_s.index(nt)[h];
-                        #[unroll]
-                        for e in 0..2usize {
-                            let key = tile + key0 + comptime!(8 * nt + e) + 2 * t;
-                            let mut visible = j < queries && key < key_end;
-                            if visible {
-                                visible = sees(bits, row, key, prefix_len, words, window, mode);
-                            }
-                            // Hidden keys score `f32::min_value()`, below any real score.
-                            scores[e] = select(visible, scores[e] * scale, f32::min_value());
-                            top = f32::max(top, scores[e]);
-                        }
-                        acc_s.index_mut(nt)[h] = scores;
-                    }
-                    top = f32::max(top, plane_shuffle_xor(top, 1u32));
-                    top = f32::max(top, plane_shuffle_xor(top, 2u32));
-                    let m_new = f32::max(m[h], top);
-                    corr[h] = f32::exp(m[h] - m_new);
-                    m[h] = m_new;
-                    let mut sum = 0.0f32;
-                    #[unroll]
-                    for nt in 0..plane_tiles {
-                        let mut weights = acc_s.index(nt)[h];
-                        #[unroll]
-                        for e in 0..2usize {
-                            let w = select(
-                                weights[e] > f32::min_value(),
-                                f32::exp(weights[e] - m_new),
-                                0.0f32,
-                            );
-                            weights[e] = w;
-                            sum += w;
-                        }
-                        acc_s.index_mut(nt)[h] = weights;
-                    }
-                    l[h] = l[h] * corr[h] + sum;
+                    let scaled = acc_o.index(dt)[h] * Vector::<f32, NC>::new(corr[h]);
+                    acc_o.index_mut(dt)[h] = scaled;
                 }
-                #[unroll]
-                for dt in 0..d_tiles {
-                    #[unroll]
-                    for h in 0..2usize {
-                        let scaled = acc_o.index(dt)[h] * Vector::<f32, NC>::new(corr[h]);
-                        acc_o.index_mut(dt)[h] = scaled;
-                    }
-                }
+            }
 
-                // O += P·V: key tiles 2kk and 2kk + 1 are the P fragment of k-step kk, split into
-                // high and low `F` parts; ldmatrix.trans gives V at keys 2t, 2t + 1 (+ 8) of a dim.
+            // O += P·V: key tiles 2kk and 2kk + 1 are the P fragment of k-step kk, split into
+            // high and low `F` parts; ldmatrix.trans gives V at keys 2t, 2t + 1 (+ 8) of a dim.
+            #[unroll]
+            for kk in 0..comptime!(plane_tiles / 2) {
+                let mut p_hi = Array::<Vector<F, NA>>::new(4usize);
+                let mut p_lo = Array::<Vector<F, NA>>::new(4usize);
                 #[unroll]
-                for kk in 0..comptime!(plane_tiles / 2) {
-                    let mut p_hi = Array::<Vector<F, NA>>::new(4usize);
-                    let mut p_lo = Array::<Vector<F, NA>>::new(4usize);
+                for i in 0..4usize {
+                    let w = acc_s.index(comptime!(2 * kk + i / 2))[comptime!(i % 2)];
+                    let mut hi = Vector::<F, NA>::empty();
+                    let mut lo = Vector::<F, NA>::empty();
                     #[unroll]
-                    for i in 0..4usize {
-                        let w = acc_s.index(comptime!(2 * kk + i / 2))[comptime!(i % 2)];
-                        let mut hi = Vector::<F, NA>::empty();
-                        let mut lo = Vector::<F, NA>::empty();
-                        #[unroll]
-                        for e in 0..2usize {
-                            let high = F::cast_from(w[e]);
-                            hi[e] = high;
-                            lo[e] = F::cast_from(w[e] - f32::cast_from(high));
-                        }
-                        p_hi[i] = hi;
-                        p_lo[i] = lo;
+                    for e in 0..2usize {
+                        let high = F::cast_from(w[e]);
+                        hi[e] = high;
+                        lo[e] = F::cast_from(w[e] - f32::cast_from(high));
                     }
+                    p_hi[i] = hi;
+                    p_lo[i] = lo;
+                }
+                #[unroll]
+                for dp in 0..comptime!(d_tiles / 2) {
+                    let key = key0 + comptime!(16 * kk) + ((lane / 8) % 2) * 8 + lane % 8;
+                    let row = at + key * pitch + comptime!(2 * dp) + lane / 16;
+                    let vf = def.load_matrix::<Vector<F, N>, NA>(
+                        &v_s.slice(row, row + 1),
+                        cmma::MatrixIdent::B,
+                        4usize,
+                        true,
+                    );
                     #[unroll]
-                    for dp in 0..comptime!(d_tiles / 2) {
-                        let key = key0 + comptime!(16 * kk) + ((lane / 8) % 2) * 8 + lane % 8;
-                        let row = at + key * pitch + comptime!(2 * dp) + lane / 16;
-                        let vf = def.load_matrix::<Vector<F, N>, NA>(
-                            &v_s.slice(row, row + 1),
-                            cmma::MatrixIdent::B,
-                            4usize,
-                            true,
-                        );
-                        #[unroll]
-                        for half in 0..2usize {
-                            let mut b = Array::<Vector<F, NA>>::new(2usize);
-                            b[0] = vf[comptime!(2 * half)];
-                            b[1] = vf[comptime!(2 * half + 1)];
-                            def.execute_inplace(&p_hi, &b, acc_o.index_mut(comptime!(2 * dp + half)));
-                            def.execute_inplace(&p_lo, &b, acc_o.index_mut(comptime!(2 * dp + half)));
-                        }
+                    for half in 0..2usize {
+                        let mut b = Array::<Vector<F, NA>>::new(2usize);
+                        b[0] = vf[comptime!(2 * half)];
+                        b[1] = vf[comptime!(2 * half + 1)];
+                        def.execute_inplace(&p_hi, &b, acc_o.index_mut(comptime!(2 * dp + half)));
+                        def.execute_inplace(&p_lo, &b, acc_o.index_mut(comptime!(2 * dp + half)));
                     }
                 }
             }
         }
-        base_step += 2;
     }
 
     // The row sums over the four lanes of each row, then the output or the split's partials.
@@ -378,6 +420,66 @@ pub fn attention_mma<F: Float, N: Size>(
     }
 }
 
+/// Where a plane's keys of one step lie, for [`scale_scores()`].
+#[derive(CubeType, Clone, Copy)]
+struct Keys {
+    /// The plane's first query (rows `g`, `g + 8` of its tile are queries `first + g (+ 8)`).
+    first: usize,
+    group: usize,
+    queries: usize,
+    /// The plane's first key of the step.
+    tile: usize,
+    key_end: usize,
+    prefix_len: usize,
+    words: usize,
+    window: usize,
+}
+
+/// Scales a plane's scores of one step in place and puts the maximum of each of the lane's two
+/// rows into `tops`; with `masked`, keys a row does not see (or past the split's end, or of a
+/// query past the last) score `f32::min_value()`, below any real score.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn scale_scores<NC: Size>(
+    acc_s: &mut Sequence<Array<Vector<f32, NC>>>,
+    tops: &mut Array<f32>,
+    bits: &Array<u32>,
+    keys: &Keys,
+    scale: f32,
+    g: usize,
+    t: usize,
+    #[comptime] plane_tiles: usize,
+    #[comptime] mode: u32,
+    #[comptime] masked: bool,
+) {
+    #[unroll]
+    for h in 0..2usize {
+        let j = keys.first + g + comptime!(8 * h);
+        let row = j / keys.group;
+        let mut top = f32::min_value();
+        #[unroll]
+        for nt in 0..plane_tiles {
+            let mut scores = acc_s.index(nt)[h];
+            #[unroll]
+            for e in 0..2usize {
+                if comptime!(masked) {
+                    let key = keys.tile + comptime!(8 * nt + e) + 2 * t;
+                    let mut visible = j < keys.queries && key < keys.key_end;
+                    if visible {
+                        visible = sees(bits, row, key, keys.prefix_len, keys.words, keys.window, mode);
+                    }
+                    scores[e] = select(visible, scores[e] * scale, f32::min_value());
+                } else {
+                    scores[e] *= scale;
+                }
+                top = f32::max(top, scores[e]);
+            }
+            acc_s.index_mut(nt)[h] = scores;
+        }
+        tops[h] = top;
+    }
+}
+
 /// With `split_keys`: plane 0 takes over the other planes' running maxima `m`, sums `l` and
 /// accumulators (each over its own keys), merged in plane order — `m = max m_p`,
 /// `l = Σ l_p · e^(m_p − m)`, `O = Σ O_p · e^(m_p − m)` — through shared memory.
@@ -393,7 +495,8 @@ fn merge_planes<NC: Size>(
 ) {
     let others = comptime!(MMA_QUERY_PLANES - 1);
     let d_tiles = comptime!(head_dim / 8);
-    let mut o_s = SharedMemory::<f32>::new(comptime!(others * 16 * head_dim));
+    let pitch = comptime!(merge_pitch(head_dim));
+    let mut o_s = SharedMemory::<f32>::new(comptime!(others * 16 * pitch));
     let mut ml_s = SharedMemory::<f32>::new(comptime!(others * 16 * 2));
     if plane > 0 {
         #[unroll]
@@ -408,7 +511,7 @@ fn merge_planes<NC: Size>(
                 let o = acc_o.index(dt)[h];
                 #[unroll]
                 for e in 0..2usize {
-                    o_s[row * comptime!(head_dim) + comptime!(8 * dt + e) + 2 * t] = o[e];
+                    o_s[row * pitch + comptime!(8 * dt + e) + 2 * t] = o[e];
                 }
             }
         }
@@ -442,7 +545,7 @@ fn merge_planes<NC: Size>(
                     #[unroll]
                     for e in 0..2usize {
                         let d = comptime!(8 * dt + e) + 2 * t;
-                        o[e] += o_s[(p * 16 + r) * comptime!(head_dim) + d] * scales[comptime!(p + 1)];
+                        o[e] += o_s[(p * 16 + r) * pitch + d] * scales[comptime!(p + 1)];
                     }
                 }
                 acc_o.index_mut(dt)[h] = o;
