@@ -142,11 +142,13 @@ fn top_k_matches_reference() {
 }
 
 /// Rows that stress the ordering and the normaliser: a maximum in the last column, many equal
-/// values (the lower column first, within a chunk and across chunks), very negative logits, and
-/// equal logits of different sign of zero.
+/// values (the lower column first, within a chunk and across chunks), very negative logits,
+/// equal logits of different sign of zero, and a row whose 16 best columns are all one unit's
+/// (stage 1's units hold columns `unit + 256·j` of a 4096-column chunk), so that unit runs out
+/// of columns before the `k` rounds end.
 #[test]
 fn top_k_edge_rows() {
-    let (rows, cols, k) = (5, 9000, 24);
+    let (rows, cols, k) = (6, 9000, 24);
     let mut logits = values(77, rows * cols, 4.0);
     // Row 0: the maximum in the last column (in the third, short chunk).
     logits[cols - 1] = 12.0;
@@ -173,6 +175,14 @@ fn top_k_edge_rows() {
         row4[c] = if c % 1000 == 0 { -0.0 } else { 0.0 };
     }
     row4[4321] = 1.0;
+    // Row 5: unit 5's sixteen columns first, then the one other value above the rest.
+    let row5 = &mut logits[5 * cols..6 * cols];
+    row5.fill(-2.0);
+    let unit5: Vec<u32> = (0..16).map(|j| 5 + 256 * j).collect();
+    for (j, &c) in unit5.iter().enumerate() {
+        row5[c as usize] = 6.0 - 0.25 * j as f32;
+    }
+    row5[100] = 1.0;
     check_both("edge rows", &logits, rows, cols, k);
     let (_, ids) = gpu_top_k::<f32>(&logits, rows, cols, k);
     assert_eq!(
@@ -191,6 +201,13 @@ fn top_k_edge_rows() {
         "row 3: all equal"
     );
     assert_eq!(&ids[4 * k..4 * k + 3], &[4321, 0, 500], "row 4: ±0 tie by column");
+    let mut row5 = unit5;
+    row5.extend([100, 0, 1]);
+    assert_eq!(
+        &ids[5 * k..5 * k + 19],
+        &row5[..],
+        "row 5: one unit's columns, then the others"
+    );
 }
 
 /// More chunks than a cube has units (> 2²⁰ columns): stage 2 merges several lists per unit.
