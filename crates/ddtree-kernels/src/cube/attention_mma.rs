@@ -55,7 +55,10 @@ fn merge_pitch(head_dim: usize) -> usize {
 /// k-step and the V fragments come transposed by `ldmatrix.trans`. Each weight is the sum of two
 /// `F` values (two MMAs), so that `P·V` is as exact as the f32 sums of
 /// [`super::attention::attention_splits()`]. Keys past the split's end are copied from its last
-/// key (finite values) and masked.
+/// key (finite values) and masked. Only the steps that reach the block's rows, the split's end or
+/// a window test each score's visibility; a step of prefix keys (all keys in `FULL` mode) is seen
+/// by every query and skips the test — in a verify, all but the last step or two of the walk.
+/// Planes whose queries all lie past the last only copy keys and meet the barriers.
 ///
 /// With `split_keys` (for at most 16 queries per KV head, as in an AR step) the planes share
 /// the cube's 16 queries and each takes its own 16 keys of every step: one plane with all the
