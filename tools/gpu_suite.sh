@@ -28,6 +28,18 @@ verify_attention=(-k regex:attention_mma --launch-skip 307 --launch-count 1)
 # An instruction mix: local and shared loads, asynchronous copies, all instructions, the
 # tensor pipe's activity, shared-memory wavefronts and bank conflicts.
 mix=smsp__sass_inst_executed_op_local_ld.sum,smsp__sass_inst_executed_op_local_st.sum,smsp__sass_inst_executed_op_shared_ld.sum,smsp__sass_inst_executed_op_ldgsts.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
+# Nsight Compute on the picked launches (`-k … --launch-skip … --launch-count …`) of the short
+# stages run: compute, memory, occupancy, issue and stall sections into <name>.log, then every
+# stall reason and the instruction mix into <name>-stalls.log.
+where_time_goes() {
+  local name="$1"
+  shift
+  run "$name" bash -c "ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section SchedulerStats $* '$bin' ${short[*]}"
+  run "$name-stalls" bash -c "ncu --clock-control none --csv \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio',$mix $* '$bin' ${short[*]}"
+}
 run() {
   local name="$1"
   shift
@@ -95,28 +107,14 @@ for part in "$@"; do
       && ncu ${sections[*]} ${ar_attention[*]} '$bin' ${short[*]}"
     ;;
   ncu-attention)
-    # Where the attention's time goes, in an AR step and in a B = 64 verify (one layer each):
-    # sections, every stall reason, the instruction mix.
-    for which in ar_attention verify_attention; do
-      declare -n pick="$which"
-      run "ncu-$which" bash -c "ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
-        --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
-        --section SchedulerStats ${pick[*]} '$bin' ${short[*]}"
-      run "ncu-$which-stalls" bash -c "ncu --clock-control none --csv \
-        --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio',${mix} ${pick[*]} '$bin' ${short[*]}"
-      unset -n pick
-    done
+    # Where the attention's time goes, in an AR step and in a B = 64 verify (one layer each).
+    where_time_goes ncu-ar_attention "${ar_attention[@]}"
+    where_time_goes ncu-verify_attention "${verify_attention[@]}"
     ;;
   ncu-mma)
-    # Where the 65-row tensor-core linear's time goes: compute, memory, issue and stall sections,
-    # then every stall reason and the instruction mix, of one verify layer's four launches (QKV,
+    # Where the 65-row tensor-core linear's time goes, in one verify layer's four launches (QKV,
     # o_proj, gate/up, down) at B = 64.
-    run ncu-mma bash -c "ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \
-      --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
-      --section SchedulerStats ${verify_mma[*]} '$bin' ${short[*]}"
-    run ncu-mma-stalls bash -c "ncu --clock-control none --csv \
-      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' ${verify_mma[*]} '$bin' ${short[*]}"
-    run ncu-mma-mix bash -c "ncu --clock-control none --csv --metrics $mix ${verify_mma[*]} '$bin' ${short[*]}"
+    where_time_goes ncu-mma "${verify_mma[@]}"
     ;;
   kernel-source)
     # The CUDA source cubecl generates for every kernel of a short stages run (its compilation

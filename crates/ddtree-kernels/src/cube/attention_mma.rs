@@ -268,7 +268,8 @@ pub fn attention_mma<F: Float, N: Size>(
 
             // Online softmax on the fragments: element (h, e) of key tile nt is query row
             // g + 8h, key tile + 8nt + 2t + e. A step of keys that every query sees skips
-            // the mask (same scores for the rows that exist).
+            // the mask (same scores for the rows that exist); `masked` is a compile-time
+            // argument, so the two calls are the kernel's two versions of the step.
             let mut tops = Array::<f32>::new(2usize);
             let keys = Keys {
                 first,
