@@ -90,6 +90,15 @@ for part in "$@"; do
     run ncu-top-k bash -c "ncu --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
       -k regex:top_k --launch-count 20 '$bin' stages --device cuda --reps 2 --warmup 0 --budgets 16 > '$out/ncu-top-k.csv'"
     ;;
+  ncu-kernel-times)
+    # The GPU time of every launch of the kernels named by $kernels (a regex; by default the
+    # attention, its split combine and the top-K) in a short stages run with a B = 16 and a
+    # B = 64 verify: run once per build in one call, it sets two builds' kernels side by side
+    # without the host's pace in the numbers.
+    run ncu-kernel-times bash -c "ncu --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
+      -k 'regex:${kernels:-attention|top_k}' '$bin' stages --device cuda --reps 1 --warmup 0 --budgets 16,64 \
+      > '$out/ncu-kernel-times.csv' && gzip -f '$out/ncu-kernel-times.csv'"
+    ;;
   ncu-linear)
     # The GPU time of each tensor-core linear launch (Nsight Compute, serialised) of a self-test,
     # to set beside the self-test's wall time per back-to-back launch (its `bandwidth` lines):
