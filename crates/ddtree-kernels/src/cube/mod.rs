@@ -42,6 +42,11 @@ pub type Cuda = CubeBackend<cubecl::cuda::CudaRuntime, half::bf16, i32, u8>;
 #[cfg(feature = "cuda")]
 pub use cubecl::cuda::CudaDevice;
 
+/// burn's CubeCL backend on cubecl's wgpu runtime in f32, with our kernels: what the tests run
+/// on Vulkan (in CI, Mesa's software device lavapipe).
+#[cfg(feature = "wgpu")]
+pub type Wgpu = CubeBackend<cubecl::wgpu::WgpuRuntime, f32, i32, u32>;
+
 /// Planes per cube of the GEMV.
 const PLANES_PER_CUBE: u32 = 4;
 /// Warps the GEMV aims for: a full wave of an H200 (132 multiprocessors × 64 warps is 8448).
