@@ -644,6 +644,56 @@ fn gated_delta_rule_matches_reference() {
     }
 }
 
+/// The gated delta rule's inputs as the Gated DeltaNet layer passes them: column views of one
+/// projection's rows (each input a slice of `[n, width]`, reshaped into heads) — for one row a
+/// view that starts inside the buffer, for several a strided one. Same values as dense inputs.
+#[test]
+fn gated_delta_rule_reads_column_views() {
+    let device = gpu();
+    let (key_heads, heads, dk, dv) = (2, 4, 16, 8);
+    let (kw, vw) = (key_heads * dk, heads * dv);
+    let width = 3 + 2 * kw + vw + 2 * heads;
+    for parents in [vec![-1], vec![-1, 0, 0, 1, 2, 3, -1, 6], (-1..11).collect()] {
+        let n = parents.len();
+        let rows = values(80 + n as u64, n * width, 1.0);
+        let state = values(81, heads * dk * dv, 1.0);
+        let all = tensor::<Gpu, 2>(&rows, [n, width], &device);
+        let cols = |from: usize, w: usize| all.clone().slice([0..n, from..from + w]);
+        // The gates from their projections, as the layer computes them.
+        let a_log = tensor::<Gpu, 1>(&values(82, heads, 1.0), [heads], &device);
+        let dt_bias = tensor::<Gpu, 1>(&values(83, heads, 1.0), [heads], &device);
+        let (g, beta) = Gpu::gdn_gates(
+            cols(3 + 2 * kw + vw + heads, heads),
+            cols(3 + 2 * kw + vw, heads),
+            a_log,
+            dt_bias,
+        );
+        let views = (
+            cols(3, kw).reshape([n, key_heads, dk]),
+            cols(3 + kw, kw).reshape([n, key_heads, dk]),
+            cols(3 + 2 * kw, vw).reshape([n, heads, dv]),
+            g,
+            beta,
+        );
+        // The same values in fresh dense buffers.
+        let dense = |t: Tensor<Gpu, 2>| tensor::<Gpu, 2>(&host_f32(t.clone()), t.dims(), &device);
+        let dense3 = |t: Tensor<Gpu, 3>| tensor::<Gpu, 3>(&host_f32(t.clone()), t.dims(), &device);
+        let state = || tensor::<Gpu, 3>(&state, [heads, dk, dv], &device);
+        let (want_out, want_last) = Gpu::gated_delta_rule(
+            dense3(views.0.clone()),
+            dense3(views.1.clone()),
+            dense3(views.2.clone()),
+            dense(views.3.clone()),
+            dense(views.4.clone()),
+            state(),
+            &parents,
+        );
+        let (out, last) = Gpu::gated_delta_rule(views.0, views.1, views.2, views.3, views.4, state(), &parents);
+        assert_eq!(host_f32(out), host_f32(want_out), "{NAME} {n} rows: outputs");
+        assert_eq!(host_f32(last), host_f32(want_last), "{NAME} {n} rows: last state");
+    }
+}
+
 /// With an f32 state (as the models keep it), the gated delta rule gives the same bits whether a
 /// sequence arrives in one call, in drafter-sized blocks or one row per call (AR steps): the
 /// recurrence never rounds the state to the activations' type between calls, so AR decoding and
