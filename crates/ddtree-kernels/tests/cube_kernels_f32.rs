@@ -4,7 +4,7 @@
 //! unsupported features), so every test compares values.
 #![cfg(feature = "wgpu")]
 
-type Gpu = burn_cubecl::CubeBackend<burn_wgpu::WgpuRuntime, f32, i32, u32>;
+type Gpu = ddtree_kernels::cube::Wgpu;
 /// Relative error allowed against the f32 reference (summation order only).
 const TOL: f32 = 1e-5;
 const NAME: &str = "f32";
