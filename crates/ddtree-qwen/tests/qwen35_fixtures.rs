@@ -6,9 +6,8 @@
 mod common;
 
 use burn_ndarray::NdArray;
-use common::{Expected, ancestor_words, fixture_dir, relative_error, to_f32};
-use ddtree_kernels::AncestorBits;
-use ddtree_qwen::{LoadOptions, Qwen35, TreeBlock};
+use common::{Expected, fixture_dir, relative_error, to_f32};
+use ddtree_qwen::{LoadOptions, Qwen35};
 use ddtree_weights::GdnProjectionLayout;
 
 type B = NdArray<f32>;
@@ -144,28 +143,13 @@ fn tree_verify_matches_each_nodes_path_run_by_transformers() {
         let cases = expected.count("tree", "tree_ids");
         assert!(cases >= 4, "{model_name}: fixture has {cases} trees");
         for j in 0..cases {
-            let prefix = expected.tokens(&format!("tree{j}.prefix_ids"));
-            let tokens = expected.tokens(&format!("tree{j}.tree_ids"));
-            let parents = expected.ids(&format!("tree{j}.parents"));
-            let depths: Vec<u32> = expected
-                .ids(&format!("tree{j}.depths"))
-                .into_iter()
-                .map(|d| d as u32)
-                .collect();
-            assert_eq!(depths, common::depths(&parents));
-            let (words, per_row) = ancestor_words(&parents);
-
+            let tree = expected.tree(j);
             let mut model = load(model_name, vec![]);
-            model.prefill(&prefix).unwrap();
-            let tree = TreeBlock {
-                tokens: &tokens,
-                depths: &depths,
-                ancestors: AncestorBits::new(&words, per_row).unwrap(),
-            };
-            let got = to_f32(model.verify(&tree).unwrap().logits);
+            model.prefill(&tree.prefix).unwrap();
+            let got = to_f32(model.verify(&tree.block()).unwrap().logits);
             let (want, _) = expected.floats(&format!("tree{j}.path_logits"));
             check(
-                &format!("{model_name} tree{j} ({} nodes)", tokens.len()),
+                &format!("{model_name} tree{j} ({} nodes)", tree.tokens.len()),
                 relative_error(&got, &want),
             );
         }

@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use burn_tensor::Tensor;
-use ddtree_kernels::KernelOps;
+use ddtree_kernels::{AncestorBits, KernelOps};
+use ddtree_qwen::TreeBlock;
 use safetensors::{Dtype, SafeTensors};
 
 /// `fixtures/<name>` at the repository root.
@@ -69,6 +70,50 @@ impl Expected {
         (0..)
             .take_while(|i| self.has(&format!("{prefix}{i}.{field}")))
             .count()
+    }
+
+    /// Recorded tree `j` (`tree{j}.*`), its depths checked against its parents.
+    pub fn tree(&self, j: usize) -> TreeCase {
+        let parents = self.ids(&format!("tree{j}.parents"));
+        let depths: Vec<u32> = self
+            .ids(&format!("tree{j}.depths"))
+            .into_iter()
+            .map(|d| d as u32)
+            .collect();
+        assert_eq!(
+            depths,
+            self::depths(&parents),
+            "fixture depths agree with parents"
+        );
+        let (words, per_row) = ancestor_words(&parents);
+        TreeCase {
+            prefix: self.tokens(&format!("tree{j}.prefix_ids")),
+            tokens: self.tokens(&format!("tree{j}.tree_ids")),
+            depths,
+            words,
+            per_row,
+        }
+    }
+}
+
+/// A recorded draft tree: the committed prefix it hangs from, its tokens and depths, and its
+/// ancestor bit sets.
+pub struct TreeCase {
+    pub prefix: Vec<u32>,
+    pub tokens: Vec<u32>,
+    pub depths: Vec<u32>,
+    words: Vec<u64>,
+    per_row: usize,
+}
+
+impl TreeCase {
+    /// The tree as a model verifies it.
+    pub fn block(&self) -> TreeBlock<'_> {
+        TreeBlock {
+            tokens: &self.tokens,
+            depths: &self.depths,
+            ancestors: AncestorBits::new(&self.words, self.per_row).unwrap(),
+        }
     }
 }
 

@@ -1,9 +1,8 @@
 // The Qwen3 fixture checks, included by `qwen3_fixtures.rs` (burn's CPU backend) and
 // `qwen3_fixtures_wgpu.rs` (the CubeCL kernels on wgpu) with their backend `B`.
 
-use common::{Expected, ancestor_words, fixture_dir, relative_error, to_f32};
-use ddtree_kernels::AncestorBits;
-use ddtree_qwen::{LoadOptions, Qwen3, TreeBlock};
+use common::{Expected, fixture_dir, relative_error, to_f32};
+use ddtree_qwen::{LoadOptions, Qwen3};
 
 const MODELS: [&str; 2] = ["qwen3-tiny-tied", "qwen3-tiny-untied"];
 const TOLERANCE: f32 = 1e-4;
@@ -124,29 +123,10 @@ fn tree_verify_matches_transformers_masked_forward() {
         let cases = expected.count("tree", "tree_ids");
         assert!(cases >= 3, "{model_name}: fixture has {cases} trees");
         for j in 0..cases {
-            let prefix = expected.tokens(&format!("tree{j}.prefix_ids"));
-            let tokens = expected.tokens(&format!("tree{j}.tree_ids"));
-            let parents = expected.ids(&format!("tree{j}.parents"));
-            let depths: Vec<u32> = expected
-                .ids(&format!("tree{j}.depths"))
-                .into_iter()
-                .map(|d| d as u32)
-                .collect();
-            assert_eq!(
-                depths,
-                common::depths(&parents),
-                "fixture depths agree with parents"
-            );
-            let (words, per_row) = ancestor_words(&parents);
-
+            let tree = expected.tree(j);
             let mut model = load(model_name, vec![]);
-            model.prefill(&prefix).unwrap();
-            let tree = TreeBlock {
-                tokens: &tokens,
-                depths: &depths,
-                ancestors: AncestorBits::new(&words, per_row).unwrap(),
-            };
-            let got = to_f32(model.verify(&tree).unwrap().logits);
+            model.prefill(&tree.prefix).unwrap();
+            let got = to_f32(model.verify(&tree.block()).unwrap().logits);
             let (want, _) = expected.floats(&format!("tree{j}.logits"));
             let err = relative_error(&got, &want);
             assert!(err <= TOLERANCE, "{model_name} tree{j}: relative error {err}");
