@@ -675,14 +675,11 @@ fn gated_delta_rule_reads_column_views() {
             g,
             beta,
         );
-        // The same values in fresh dense buffers.
-        let dense = |t: Tensor<Gpu, 2>| tensor::<Gpu, 2>(&host_f32(t.clone()), t.dims(), &device);
-        let dense3 = |t: Tensor<Gpu, 3>| tensor::<Gpu, 3>(&host_f32(t.clone()), t.dims(), &device);
         let state = || tensor::<Gpu, 3>(&state, [heads, dk, dv], &device);
         let (want_out, want_last) = Gpu::gated_delta_rule(
-            dense3(views.0.clone()),
-            dense3(views.1.clone()),
-            dense3(views.2.clone()),
+            dense(views.0.clone()),
+            dense(views.1.clone()),
+            dense(views.2.clone()),
             dense(views.3.clone()),
             dense(views.4.clone()),
             state(),
@@ -692,6 +689,11 @@ fn gated_delta_rule_reads_column_views() {
         assert_eq!(host_f32(out), host_f32(want_out), "{NAME} {n} rows: outputs");
         assert_eq!(host_f32(last), host_f32(want_last), "{NAME} {n} rows: last state");
     }
+}
+
+/// The values of `t` in a fresh dense buffer.
+fn dense<const D: usize>(t: Tensor<Gpu, D>) -> Tensor<Gpu, D> {
+    tensor(&host_f32(t.clone()), t.dims(), &t.device())
 }
 
 /// With an f32 state (as the models keep it), the gated delta rule gives the same bits whether a
