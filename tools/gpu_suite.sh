@@ -40,6 +40,13 @@ where_time_goes() {
   run "$name-stalls" bash -c "ncu --clock-control none --csv \
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio',$mix $* '$bin' ${short[*]}"
 }
+# The GPU time of every launch of the kernels matching regex $2, in a short stages run with a
+# B = 16 and a B = 64 verify, into $out/$1.csv.gz (`tools/ncu_times.py` sums it per launch shape).
+kernel_times() {
+  run "$1" bash -c "ncu --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
+    -k 'regex:$2' '$bin' stages --device cuda --reps 1 --warmup 0 --budgets 16,64 \
+    > '$out/$1.csv' && gzip -f '$out/$1.csv'"
+}
 run() {
   local name="$1"
   shift
@@ -85,20 +92,12 @@ for part in "$@"; do
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
       '$bin' ${short[*]} > '$out/ncu-times.csv' && gzip -f '$out/ncu-times.csv'"
     ;;
-  ncu-top-k)
-    # The GPU time of the drafter's top-K launches (both stages) in a short stages run.
-    run ncu-top-k bash -c "ncu --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
-      -k regex:top_k --launch-count 20 '$bin' stages --device cuda --reps 2 --warmup 0 --budgets 16 > '$out/ncu-top-k.csv'"
-    ;;
-  ncu-kernel-times)
-    # The GPU time of every launch of the kernels named by $kernels (a regex; by default the
-    # attention, its split combine and the top-K) in a short stages run with a B = 16 and a
-    # B = 64 verify: run once per build in one call, it sets two builds' kernels side by side
-    # without the host's pace in the numbers.
-    run ncu-kernel-times bash -c "ncu --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
-      -k 'regex:${kernels:-attention|top_k}' '$bin' stages --device cuda --reps 1 --warmup 0 --budgets 16,64 \
-      > '$out/ncu-kernel-times.csv' && gzip -f '$out/ncu-kernel-times.csv'"
-    ;;
+  # The drafter's top-K launches (both stages).
+  ncu-top-k) kernel_times ncu-top-k top_k ;;
+  # Every launch of the kernels named by $kernels (by default the attention, its split combine
+  # and the top-K): run once per build in one call, it sets two builds' kernels side by side
+  # without the host's pace in the numbers.
+  ncu-kernel-times) kernel_times ncu-kernel-times "${kernels:-attention|top_k}" ;;
   ncu-linear)
     # The GPU time of each tensor-core linear launch (Nsight Compute, serialised) of a self-test,
     # to set beside the self-test's wall time per back-to-back launch (its `bandwidth` lines):
