@@ -5,7 +5,7 @@
 #       --features ddtree-bench/cuda,ddtree-server/cuda
 #   mkdir -p .gpu && cp target/release/ddtree-{bench,server} .gpu/   # .gpu/ is ignored by git
 #   # on the GPU machine, from the repository root (the parts to run):
-#   bash tools/gpu_suite.sh .gpu "$OUT" selftest lossless stages eval server torch profile
+#   bash tools/gpu_suite.sh .gpu "$OUT" selftest lossless stages stages-27b eval server torch profile
 #
 # Every part writes its full output to $2/<part>.log; the summary is printed at the end.
 set -uo pipefail
@@ -75,6 +75,8 @@ for part in "$@"; do
     fi
     ;;
   stages) run stages "$bin" stages --device cuda ;;
+  # The Qwen3.6-27B hybrid's stages (random bf16 weights, ≈ 58 GB with its drafter), B = 16 and 64.
+  stages-27b) limit=420 run stages-27b "$bin" stages --device cuda --preset qwen3.6-27b --budgets 16,64 ;;
   # Every launch shape of the tensor-core linear at the verify/drafter row counts, checked and timed.
   sweep) limit=480 run sweep "$bin" self-test --device cuda --no-bandwidth --sweep-tiles ;;
   # The same at 65 rows only (a B = 64 verify): about five minutes.

@@ -52,6 +52,9 @@ pub enum Device {
     Cpu,
     /// burn's CubeCL CUDA backend, bf16 (build with `--features cuda`).
     Cuda,
+    /// burn's CubeCL backend on wgpu (Vulkan), f32, with our kernels (build with `--features
+    /// wgpu`): launch counts of the GPU path on a machine without one (Mesa's lavapipe).
+    Wgpu,
 }
 
 /// Runs `$stage::run::<Backend>(&device, $args)` for the backend of `$device`.
@@ -63,6 +66,10 @@ macro_rules! on_device {
             Device::Cuda => $stage::run::<ddtree_kernels::cube::Cuda>(&Default::default(), $args),
             #[cfg(not(feature = "cuda"))]
             Device::Cuda => Err("this binary was built without CUDA: rebuild with `--features cuda`".into()),
+            #[cfg(feature = "wgpu")]
+            Device::Wgpu => $stage::run::<ddtree_kernels::cube::Wgpu>(&Default::default(), $args),
+            #[cfg(not(feature = "wgpu"))]
+            Device::Wgpu => Err("this binary was built without wgpu: rebuild with `--features wgpu`".into()),
         }
     };
 }
@@ -88,5 +95,6 @@ pub fn describe(device: Device) -> String {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         ),
         Device::Cuda => "CUDA, burn CubeCL backend, bf16 weights and activations, our CubeCL kernels".into(),
+        Device::Wgpu => "wgpu (Vulkan), burn CubeCL backend, f32, our CubeCL kernels".into(),
     }
 }

@@ -9,7 +9,7 @@
 use burn_ndarray::NdArray;
 use burn_tensor::{Distribution, FloatDType, Tensor, TensorData};
 use ddtree_kernels::nn::{HeadShape, QkvRows, RmsNorm};
-use ddtree_kernels::{AncestorBits, AttentionContext, KernelOps, Visibility, host_f32, host_ids};
+use ddtree_kernels::{AncestorBits, AttentionContext, GdnHeads, KernelOps, Visibility, host_f32, host_ids};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -119,6 +119,15 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
     };
     if args.device == Device::Cpu {
         eprintln!("note: on the CPU both sides run the reference; this checks the harness only");
+    }
+    if args.device == Device::Wgpu {
+        // Its matrices pass a software device's buffer limits; the kernels' wgpu tests are
+        // `cargo test -p ddtree-kernels --features wgpu`.
+        return Err(
+            "self-test runs on cuda (or cpu, to check the harness); the kernels' wgpu tests are \
+                    `cargo test -p ddtree-kernels --features wgpu`"
+                .into(),
+        );
     }
 
     for (rows, k, n) in [
@@ -564,6 +573,7 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             );
         }
     }
+    gdn_checks::<B>(device, &mut checks);
     if !args.no_bandwidth {
         bandwidth::<B>(device, "linear", &[1, 65], <B as KernelOps>::linear)?;
     }
@@ -572,6 +582,83 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
     }
     println!("all kernel checks passed");
     Ok(())
+}
+
+/// The Gated DeltaNet's conv stage, gates and gated norm, and the gated attention's output gate,
+/// at Qwen3.6-27B's heads (16 key / 48 value heads × 128; 24 attention heads × 256) for an AR row
+/// and a 65-row verify (random conv windows, the gates and the attention gate read as column
+/// views of a projection, as the layers pass them).
+fn gdn_checks<B: KernelOps>(device: &B::Device, checks: &mut Checks) {
+    let heads = GdnHeads {
+        key_heads: 16,
+        value_heads: 48,
+        key_dim: 128,
+        value_dim: 128,
+    };
+    let (c, vh) = (heads.channels(), heads.value_heads);
+    for n in [1, 65] {
+        let m = n + 3;
+        let mut rng = StdRng::seed_from_u64(40 + n as u64);
+        let windows: Vec<usize> = (0..4 * n).map(|_| rng.random_range(0..m)).collect();
+        let (rows, rows_ref) = on_device::<B, 2>(random(41, m * c, 2.0), [m, c], device);
+        let (w, w_ref) = on_device::<B, 2>(random(42, c * 4, 0.8), [c, 4], device);
+        let want = Cpu::gdn_conv_qkv(rows_ref, &windows, w_ref, heads);
+        let got = B::gdn_conv_qkv(rows, &windows, w, heads);
+        for (part, got, want) in [("q", got.0, want.0), ("k", got.1, want.1), ("v", got.2, want.2)] {
+            checks.compare(
+                &format!("gdn_conv_qkv {n} rows, 16/48 heads × 128: {part}"),
+                &host_f32(got),
+                &host_f32(want),
+            );
+        }
+
+        let width = 7 + 2 * vh;
+        let (proj, proj_ref) = on_device::<B, 2>(random(43, n * width, 6.0), [n, width], device);
+        let (a_log, a_log_ref) = on_device::<B, 1>(random(44, vh, 1.0), [vh], device);
+        let (dt_bias, dt_bias_ref) = on_device::<B, 1>(random(45, vh, 1.0), [vh], device);
+        let (a, b) = (7 + vh..7 + 2 * vh, 7..7 + vh);
+        let want = Cpu::gdn_gates(
+            proj_ref.clone().slice([0..n, a.clone()]),
+            proj_ref.slice([0..n, b.clone()]),
+            a_log_ref,
+            dt_bias_ref,
+        );
+        let got = B::gdn_gates(
+            proj.clone().slice([0..n, a]),
+            proj.slice([0..n, b]),
+            a_log,
+            dt_bias,
+        );
+        checks.compare(
+            &format!("gdn_gates {n}x{vh}: g"),
+            &host_f32(got.0),
+            &host_f32(want.0),
+        );
+        checks.compare(
+            &format!("gdn_gates {n}x{vh}: beta"),
+            &host_f32(got.1),
+            &host_f32(want.1),
+        );
+
+        let norm_rows = n * vh;
+        let (x, x_ref) = on_device::<B, 2>(random(46, norm_rows * 128, 3.0), [norm_rows, 128], device);
+        let (z, z_ref) = on_device::<B, 2>(random(47, norm_rows * 128, 6.0), [norm_rows, 128], device);
+        let (nw, nw_ref) = on_device::<B, 1>(random(48, 128, 2.0), [128], device);
+        checks.compare(
+            &format!("gated_rms_norm {norm_rows}x128"),
+            &host_f32(B::gated_rms_norm(x, z, nw, 1e-6)),
+            &host_f32(Cpu::gated_rms_norm(x_ref, z_ref, nw_ref, 1e-6)),
+        );
+
+        let q = 24 * 256;
+        let (out, out_ref) = on_device::<B, 2>(random(49, n * q, 4.0), [n, q], device);
+        let (qg, qg_ref) = on_device::<B, 2>(random(50, n * 3 * q, 6.0), [n, 3 * q], device);
+        checks.compare(
+            &format!("sigmoid_mul {n}x{q} (gate view)"),
+            &host_f32(B::sigmoid_mul(out, qg.slice([0..n, q..2 * q]))),
+            &host_f32(Cpu::sigmoid_mul(out_ref, qg_ref.slice([0..n, q..2 * q]))),
+        );
+    }
 }
 
 /// Weight GB/s of `linear` (an `x · Wᵀ`) for `row_counts` rows at the Qwen3-8B weight shapes.

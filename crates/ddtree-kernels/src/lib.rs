@@ -56,6 +56,36 @@ pub fn host_f32<B: Backend, const D: usize>(values: Tensor<B, D>) -> Vec<f32> {
         .expect("converted to f32 just above")
 }
 
+/// Head counts and sizes of a Gated DeltaNet layer; its conv channels are `[q | k | v]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GdnHeads {
+    /// Query/key heads (`Hk`).
+    pub key_heads: usize,
+    /// Value heads (`Hv`, a multiple of `Hk`).
+    pub value_heads: usize,
+    /// Dims per query/key head (`Dk`).
+    pub key_dim: usize,
+    /// Dims per value head (`Dv`).
+    pub value_dim: usize,
+}
+
+impl GdnHeads {
+    /// Width of q (and of k): `Hk · Dk`.
+    pub fn key_width(&self) -> usize {
+        self.key_heads * self.key_dim
+    }
+
+    /// Width of v: `Hv · Dv`.
+    pub fn value_width(&self) -> usize {
+        self.value_heads * self.value_dim
+    }
+
+    /// Conv channels `C = 2 · Hk · Dk + Hv · Dv`.
+    pub fn channels(&self) -> usize {
+        2 * self.key_width() + self.value_width()
+    }
+}
+
 /// The operations the models call. Defaults are the [`mod@reference`] implementations; see each
 /// reference function for the exact shapes and semantics.
 pub trait KernelOps: Backend {
@@ -183,6 +213,17 @@ pub trait KernelOps: Backend {
     /// ([`reference::causal_conv1d`]).
     fn causal_conv1d(rows: Tensor<Self, 2>, windows: &[usize], weight: Tensor<Self, 2>) -> Tensor<Self, 2> {
         reference::causal_conv1d(rows, windows, weight)
+    }
+
+    /// The Gated DeltaNet's conv stage: causal conv + SiLU over gathered row windows, per-head
+    /// L2 norm of q and k, q scaled by `1/√Dk` ([`reference::gdn_conv_qkv`]).
+    fn gdn_conv_qkv(
+        rows: Tensor<Self, 2>,
+        windows: &[usize],
+        weight: Tensor<Self, 2>,
+        heads: GdnHeads,
+    ) -> (Tensor<Self, 3>, Tensor<Self, 3>, Tensor<Self, 3>) {
+        reference::gdn_conv_qkv(rows, windows, weight, heads)
     }
 
     /// The gated delta rule over parent-linked rows (a sequence or a tree), returning every row's

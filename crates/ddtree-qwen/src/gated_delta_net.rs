@@ -21,36 +21,18 @@
 //! layer runs, the states along one root-to-leaf path (at most `depth + 1`).
 
 use burn_tensor::{DType, Int, Tensor, TensorCreationOptions, TensorData};
-use ddtree_kernels::KernelOps;
 use ddtree_kernels::nn::Linear;
+use ddtree_kernels::{GdnHeads, KernelOps};
 use ddtree_weights::{GdnProjectionLayout, Qwen35Config, TensorSource};
 
 use crate::decoder::{Block, Mixer, Weights};
 use crate::error::Result;
 
-/// Head counts and sizes of one Gated DeltaNet layer.
+/// Head counts and sizes of one Gated DeltaNet layer, and its conv kernel size `K`.
 #[derive(Clone, Copy, Debug)]
 struct GdnShape {
-    key_heads: usize,
-    value_heads: usize,
-    key_dim: usize,
-    value_dim: usize,
+    heads: GdnHeads,
     kernel: usize,
-}
-
-impl GdnShape {
-    fn key_width(&self) -> usize {
-        self.key_heads * self.key_dim
-    }
-
-    fn value_width(&self) -> usize {
-        self.value_heads * self.value_dim
-    }
-
-    /// Conv channels `C`: `[q | k | v]`.
-    fn channels(&self) -> usize {
-        2 * self.key_width() + self.value_width()
-    }
 }
 
 /// What commit needs from the last verified block.
@@ -93,26 +75,29 @@ impl<B: KernelOps> GatedDeltaNet<B> {
         prefix: &str,
         cfg: &Qwen35Config,
     ) -> Result<Self> {
-        let shape = GdnShape {
+        let h = GdnHeads {
             key_heads: cfg.linear_num_key_heads,
             value_heads: cfg.linear_num_value_heads,
             key_dim: cfg.linear_key_head_dim,
             value_dim: cfg.linear_value_head_dim,
+        };
+        let shape = GdnShape {
+            heads: h,
             kernel: cfg.linear_conv_kernel_dim,
         };
-        let (hidden, c, heads) = (cfg.hidden_size, shape.channels(), shape.value_heads);
+        let (hidden, c, heads) = (cfg.hidden_size, h.channels(), h.value_heads);
         let name = |n: &str| format!("{prefix}.{n}");
         let in_proj = match cfg.gdn_layout {
             GdnProjectionLayout::Separate => Linear::fused(vec![
                 w.linear(&name("in_proj_qkv"), c, hidden)?,
-                w.linear(&name("in_proj_z"), shape.value_width(), hidden)?,
+                w.linear(&name("in_proj_z"), h.value_width(), hidden)?,
                 w.linear(&name("in_proj_b"), heads, hidden)?,
                 w.linear(&name("in_proj_a"), heads, hidden)?,
             ]),
             GdnProjectionLayout::FusedGrouped => {
-                let qkvz = w.linear(&name("in_proj_qkvz"), c + shape.value_width(), hidden)?;
+                let qkvz = w.linear(&name("in_proj_qkvz"), c + h.value_width(), hidden)?;
                 let ba = w.linear(&name("in_proj_ba"), 2 * heads, hidden)?;
-                let (qkvz_order, ba_order) = ungroup(shape);
+                let (qkvz_order, ba_order) = ungroup(h);
                 Linear::fused(vec![select_rows(qkvz, &qkvz_order), select_rows(ba, &ba_order)])
             }
         };
@@ -123,14 +108,14 @@ impl<B: KernelOps> GatedDeltaNet<B> {
             conv_weight: conv.reshape([c, shape.kernel]),
             a_log: w.vector(&name("A_log"), heads)?,
             dt_bias: w.vector(&name("dt_bias"), heads)?,
-            norm_weight: w.vector(&name("norm.weight"), shape.value_dim)?,
+            norm_weight: w.vector(&name("norm.weight"), h.value_dim)?,
             eps: w.eps,
-            out_proj: Linear::new(w.linear(&name("out_proj"), hidden, shape.value_width())?),
+            out_proj: Linear::new(w.linear(&name("out_proj"), hidden, h.value_width())?),
             shape,
             // f32 whatever the activations' type, as in the reference model: the state then
             // rounds the same way whether rows arrive one per AR step or as a verified block.
             state: Tensor::zeros(
-                [heads, shape.key_dim, shape.value_dim],
+                [heads, h.key_dim, h.value_dim],
                 TensorCreationOptions::new(device.clone()).with_dtype(DType::F32),
             ),
             conv_rows: Tensor::zeros([shape.kernel - 1, c], device),
@@ -143,7 +128,8 @@ impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
     fn mix(&mut self, x: Tensor<B, 2>, block: &Block<'_, B>) -> Tensor<B, 2> {
         let s = self.shape;
         let n = x.dims()[0];
-        let (c, kw, vw, heads) = (s.channels(), s.key_width(), s.value_width(), s.value_heads);
+        let h = s.heads;
+        let (c, vw, heads) = (h.channels(), h.value_width(), h.value_heads);
         let proj = self.in_proj.forward(x);
         let cols = |from: usize, width: usize| proj.clone().slice([0..n, from..from + width]);
         let (z, b, a) = (cols(c, vw), cols(c + vw, heads), cols(c + vw + heads, heads));
@@ -152,14 +138,7 @@ impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
         let windows = block
             .conv_windows
             .get_or_init(|| conv_windows(block.parents, s.kernel));
-        let mixed = B::causal_conv1d(rows.clone(), windows, self.conv_weight.clone());
-        let mixed_cols = |from: usize, width: usize| mixed.clone().slice([0..n, from..from + width]);
-        let unit_heads = |t: Tensor<B, 2>| {
-            B::l2_norm(t.reshape([n * s.key_heads, s.key_dim]), 1e-6).reshape([n, s.key_heads, s.key_dim])
-        };
-        let q = unit_heads(mixed_cols(0, kw)).mul_scalar((s.key_dim as f64).powf(-0.5));
-        let k = unit_heads(mixed_cols(kw, kw));
-        let v = mixed_cols(2 * kw, vw).reshape([n, heads, s.value_dim]);
+        let (q, k, v) = B::gdn_conv_qkv(rows.clone(), windows, self.conv_weight.clone(), h);
         let (g, beta) = B::gdn_gates(a, b, self.a_log.clone(), self.dt_bias.clone());
 
         let (out, last) = B::gated_delta_rule(
@@ -187,8 +166,8 @@ impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
             });
         }
         let out = B::gated_rms_norm(
-            out.reshape([n * heads, s.value_dim]),
-            z.reshape([n * heads, s.value_dim]),
+            out.reshape([n * heads, h.value_dim]),
+            z.reshape([n * heads, h.value_dim]),
             self.norm_weight.clone(),
             self.eps,
         );
@@ -257,7 +236,7 @@ fn conv_windows(parents: &[i32], kernel: usize) -> Vec<usize> {
 /// Row orders that turn Qwen3-Next's per-key-head groups — `in_proj_qkvz` rows
 /// `[q_g | k_g | v_g (r·Dv) | z_g (r·Dv)]` and `in_proj_ba` rows `[b_g (r) | a_g (r)]` for key
 /// head `g` — into Qwen3.5's `[all q | all k | all v | all z]` and `[all b | all a]`.
-fn ungroup(s: GdnShape) -> (Vec<usize>, Vec<usize>) {
+fn ungroup(s: GdnHeads) -> (Vec<usize>, Vec<usize>) {
     let r = s.value_heads / s.key_heads;
     let (dk, rv) = (s.key_dim, r * s.value_dim);
     let group = 2 * dk + 2 * rv;
@@ -300,12 +279,11 @@ mod tests {
 
     #[test]
     fn qwen3_next_groups_are_regrouped() {
-        let s = GdnShape {
+        let s = GdnHeads {
             key_heads: 2,
             value_heads: 4,
             key_dim: 1,
             value_dim: 1,
-            kernel: 4,
         };
         // Group g: [q_g, k_g, v_g0, v_g1, z_g0, z_g1] at rows 6g..6g+6.
         let (qkvz, ba) = ungroup(s);

@@ -14,6 +14,7 @@ pub mod attention;
 pub mod attention_mma;
 pub mod cache;
 pub mod delta;
+pub mod gdn;
 pub mod linear;
 pub mod norm;
 mod reduce;
@@ -30,7 +31,7 @@ use cubecl::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::nn::{HeadShape, QkvRows};
-use crate::{AttentionContext, KernelOps, Visibility};
+use crate::{AttentionContext, GdnHeads, KernelOps, Visibility};
 
 /// The GPU backend the project runs on NVIDIA devices: burn's CubeCL CUDA backend in bf16 (f32
 /// accumulation inside the kernels), without burn's fusion layer so our kernels see plain
@@ -181,31 +182,11 @@ where
     }
 
     fn silu_mul(gate: Tensor<Self, 2>, up: Tensor<Self, 2>) -> Tensor<Self, 2> {
-        let [rows, cols] = gate.dims();
-        // Row views (the halves of the fused gate/up projection) are read in place.
-        let (gate, up) = (row_view(gate), row_view(up));
-        let (gate_stride, up_stride) = (gate.meta.strides()[0], up.meta.strides()[0]);
-        let y = contiguous::<R, F, _>(&gate, [rows, cols]);
-        let width = vector_width(&[&gate, &up, &y], gcd(cols, gcd(gate_stride, up_stride)));
-        let len = rows * cols / width;
-        let (count, dim) = elementwise_grid(len);
-        // SAFETY: each view covers `rows` rows of its stride; `y` is dense `[rows, cols]`.
-        unsafe {
-            activation::silu_mul::launch_unchecked::<F, R>(
-                &gate.client,
-                count,
-                dim,
-                width,
-                view_array(&gate),
-                view_array(&up),
-                array(&y),
-                len,
-                cols / width,
-                gate_stride / width,
-                up_stride / width,
-            );
-        }
-        float(y)
+        gated_rows(gate, up, false)
+    }
+
+    fn sigmoid_mul(x: Tensor<Self, 2>, gate: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        gated_rows(gate, x, true)
     }
 
     fn rope(x: Tensor<Self, 3>, cos: Tensor<Self, 2>, sin: Tensor<Self, 2>) -> Tensor<Self, 3> {
@@ -369,6 +350,132 @@ where
             delta_rule::<R, F, F>(inputs, state, &walk)
         };
         (float(out), float(last))
+    }
+
+    fn gdn_conv_qkv(
+        rows: Tensor<Self, 2>,
+        windows: &[usize],
+        weight: Tensor<Self, 2>,
+        heads: GdnHeads,
+    ) -> (Tensor<Self, 3>, Tensor<Self, 3>, Tensor<Self, 3>) {
+        let [channels, kernel] = weight.dims();
+        let n = windows.len() / kernel;
+        let client = R::client(&rows.device());
+        let hardware = &client.properties().hardware;
+        let plane = hardware.plane_size_max as usize;
+        let planes = heads.key_dim.max(heads.value_dim).div_ceil(plane);
+        if n == 0 || channels != heads.channels() || planes * plane > hardware.max_units_per_cube as usize {
+            return crate::reference::gdn_conv_qkv(rows, windows, weight, heads);
+        }
+        let GdnHeads {
+            key_heads,
+            value_heads,
+            key_dim,
+            value_dim,
+        } = heads;
+        let (rows, weight) = (cube(rows), cube(weight));
+        let q = contiguous::<R, F, _>(&rows, [n, key_heads, key_dim]);
+        let k = contiguous::<R, F, _>(&rows, [n, key_heads, key_dim]);
+        let v = contiguous::<R, F, _>(&rows, [n, value_heads, value_dim]);
+        let windows: Vec<u32> = windows.iter().map(|&w| w as u32).collect();
+        let slots = 2 * key_heads + value_heads;
+        // SAFETY: `rows` dense `[m, C]` with every window index below `m`, `weight` dense
+        // `[C, K]`, outputs dense; a cube of `planes` planes covers the widest head.
+        unsafe {
+            gdn::conv_qkv::launch_unchecked::<F, R>(
+                &client,
+                CubeCount::Static(slots as u32, n as u32, 1),
+                CubeDim::new_2d(plane as u32, planes as u32),
+                array(&rows),
+                upload_words(&client, &windows),
+                array(&weight),
+                array(&q),
+                array(&k),
+                array(&v),
+                key_heads,
+                key_dim,
+                value_dim,
+                channels,
+                (key_dim as f32).powf(-0.5),
+                crate::reference::GDN_L2_EPS as f32,
+                kernel,
+                planes,
+            );
+        }
+        (float(q), float(k), float(v))
+    }
+
+    fn gdn_gates(
+        a: Tensor<Self, 2>,
+        b: Tensor<Self, 2>,
+        a_log: Tensor<Self, 1>,
+        dt_bias: Tensor<Self, 1>,
+    ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
+        let [rows, heads] = a.dims();
+        if rows == 0 {
+            return crate::reference::gdn_gates(a, b, a_log, dt_bias);
+        }
+        // Columns of the input projection, read in place.
+        let (a, b) = (row_view(a), row_view(b));
+        let (a_log, dt_bias) = (cube(a_log), cube(dt_bias));
+        let g = contiguous::<R, F, _>(&a, [rows, heads]);
+        let beta = contiguous::<R, F, _>(&a, [rows, heads]);
+        let len = rows * heads;
+        let (count, dim) = elementwise_grid(len);
+        // SAFETY: `a` and `b` cover `rows` rows of their strides, `[heads]` vectors, dense outputs.
+        unsafe {
+            gdn::gates::launch_unchecked::<F, R>(
+                &a.client,
+                count,
+                dim,
+                view_array(&a),
+                view_array(&b),
+                array(&a_log),
+                array(&dt_bias),
+                array(&g),
+                array(&beta),
+                len,
+                heads,
+                a.meta.strides()[0],
+                b.meta.strides()[0],
+            );
+        }
+        (float(g), float(beta))
+    }
+
+    fn gated_rms_norm(
+        x: Tensor<Self, 2>,
+        z: Tensor<Self, 2>,
+        weight: Tensor<Self, 1>,
+        eps: f64,
+    ) -> Tensor<Self, 2> {
+        let [rows, dim] = x.dims();
+        if rows == 0 || dim == 0 {
+            return crate::reference::gated_rms_norm(x, z, weight, eps);
+        }
+        let (x, z, w) = (cube(x), cube(z), cube(weight));
+        let y = contiguous::<R, F, _>(&x, [rows, dim]);
+        let hardware = &x.client.properties().hardware;
+        let plane = hardware.plane_size_max;
+        let planes = (dim as u32)
+            .div_ceil(plane)
+            .clamp(1, hardware.max_units_per_cube / plane);
+        // SAFETY: dense `[rows, dim]` buffers and a `[dim]` weight.
+        unsafe {
+            gdn::gated_rms_norm_rows::launch_unchecked::<F, R>(
+                &x.client,
+                CubeCount::Static(rows as u32, 1, 1),
+                CubeDim::new_2d(plane, planes),
+                array(&x),
+                array(&z),
+                array(&w),
+                array(&y),
+                dim,
+                eps as f32,
+                planes as usize,
+            );
+        }
+        float(y)
     }
 }
 
@@ -872,6 +979,52 @@ where
     } else {
         into_contiguous(t)
     }
+}
+
+/// [`activation::silu_mul()`] over row views (the halves of a fused gate/up projection, the gate
+/// columns of a QKV projection are read in place): `silu(gate) ⊙ up`, or with `sigmoid`,
+/// `up ⊙ sigmoid(gate)`.
+fn gated_rows<R, F, I, BT>(
+    gate: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    up: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    sigmoid: bool,
+) -> Tensor<CubeBackend<R, F, I, BT>, 2>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let [rows, cols] = gate.dims();
+    assert_eq!(
+        up.dims(),
+        [rows, cols],
+        "gated activation: the inputs differ in shape"
+    );
+    let (gate, up) = (row_view(gate), row_view(up));
+    let (gate_stride, up_stride) = (gate.meta.strides()[0], up.meta.strides()[0]);
+    let y = contiguous::<R, F, _>(&gate, [rows, cols]);
+    let width = vector_width(&[&gate, &up, &y], gcd(cols, gcd(gate_stride, up_stride)));
+    let len = rows * cols / width;
+    let (count, dim) = elementwise_grid(len);
+    // SAFETY: each view covers `rows` rows of its stride; `y` is dense `[rows, cols]`.
+    unsafe {
+        activation::silu_mul::launch_unchecked::<F, R>(
+            &gate.client,
+            count,
+            dim,
+            width,
+            view_array(&gate),
+            view_array(&up),
+            array(&y),
+            len,
+            cols / width,
+            gate_stride / width,
+            up_stride / width,
+            sigmoid,
+        );
+    }
+    float(y)
 }
 
 /// `x · Wᵀ` on tensor cores ([`linear::linear_mma()`]) for 9–144 rows of `x`, or the inputs back

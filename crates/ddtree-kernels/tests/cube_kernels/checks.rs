@@ -738,3 +738,137 @@ fn gated_delta_rule_state_is_independent_of_grouping() {
         assert_eq!(host_f32(last), whole_last, "{NAME}: state differs with {block}-row calls");
     }
 }
+
+/// The gated attention's output gate with the gate as a row view (the gate columns of a QKV
+/// projection), a dense one, and widths no vector divides.
+#[test]
+fn sigmoid_mul_matches_reference() {
+    let device = gpu();
+    let cpu = Default::default();
+    for (rows, cols) in [(1, 96), (3, 10), (5, 13)] {
+        let x = values(30, rows * cols, 4.0);
+        let projection = values(31, rows * 3 * cols, 6.0);
+        let want = host_f32(Cpu::sigmoid_mul(
+            tensor(&x, [rows, cols], &cpu),
+            tensor::<Cpu, 2>(&projection, [rows, 3 * cols], &cpu).slice([0..rows, cols..2 * cols]),
+        ));
+        let got = host_f32(Gpu::sigmoid_mul(
+            tensor(&x, [rows, cols], &device),
+            tensor::<Gpu, 2>(&projection, [rows, 3 * cols], &device).slice([0..rows, cols..2 * cols]),
+        ));
+        let err = max_rel_err(&got, &want);
+        assert!(err < TOL, "{NAME} sigmoid_mul {rows}x{cols} (gate view): error {err}");
+        let gate = values(32, rows * cols, 6.0);
+        let want = host_f32(Cpu::sigmoid_mul(tensor(&x, [rows, cols], &cpu), tensor(&gate, [rows, cols], &cpu)));
+        let got = host_f32(Gpu::sigmoid_mul(
+            tensor(&x, [rows, cols], &device),
+            tensor(&gate, [rows, cols], &device),
+        ));
+        let err = max_rel_err(&got, &want);
+        assert!(err < TOL, "{NAME} sigmoid_mul {rows}x{cols}: error {err}");
+    }
+}
+
+/// The conv stage of a Gated DeltaNet layer — conv + SiLU over gathered windows, per-head L2
+/// norm of q and k, q scaled — for an AR row, a tree's windows (rows shared between windows,
+/// committed rows among them) and a 65-row block at Qwen3.6's head sizes with grouped heads.
+#[test]
+fn gdn_conv_qkv_matches_reference() {
+    use ddtree_kernels::GdnHeads;
+    let device = gpu();
+    let cpu = Default::default();
+    let small = GdnHeads {
+        key_heads: 2,
+        value_heads: 4,
+        key_dim: 16,
+        value_dim: 8,
+    };
+    let qwen36 = GdnHeads {
+        key_heads: 2,
+        value_heads: 6,
+        key_dim: 128,
+        value_dim: 128,
+    };
+    let mut rng = StdRng::seed_from_u64(40);
+    let random_windows: Vec<usize> = (0..65 * 4).map(|_| rng.random_range(0..68)).collect();
+    let cases: [(&str, GdnHeads, usize, Vec<usize>); 3] = [
+        ("one row", small, 4, vec![0, 1, 2, 3]),
+        ("tree", small, 9, vec![0, 1, 2, 3, 1, 2, 3, 4, 1, 2, 3, 5, 2, 3, 5, 6, 3, 5, 6, 7, 0, 1, 2, 8]),
+        ("65 rows", qwen36, 68, random_windows),
+    ];
+    for (case, heads, m, windows) in cases {
+        let c = heads.channels();
+        let rows = values(41, m * c, 2.0);
+        let weight = values(42, c * 4, 0.8);
+        let want = Cpu::gdn_conv_qkv(tensor(&rows, [m, c], &cpu), &windows, tensor(&weight, [c, 4], &cpu), heads);
+        let got = Gpu::gdn_conv_qkv(tensor(&rows, [m, c], &device), &windows, tensor(&weight, [c, 4], &device), heads);
+        for (part, got, want) in [("q", got.0, want.0), ("k", got.1, want.1), ("v", got.2, want.2)] {
+            assert_eq!(got.dims(), want.dims(), "{NAME} gdn_conv_qkv {case}: {part} shape");
+            let err = max_rel_err(&host_f32(got), &host_f32(want));
+            assert!(err < TOL, "{NAME} gdn_conv_qkv {case}: {part}, error {err}");
+        }
+    }
+}
+
+/// The decay and β gates from column views of a projection (as the layer slices them), with
+/// `a + dt_bias` on both sides of softplus's linear threshold (20) and far below zero.
+#[test]
+fn gdn_gates_match_reference() {
+    let device = gpu();
+    let cpu = Default::default();
+    let heads = 6;
+    for rows in [1, 3, 65] {
+        let width = 5 + 2 * heads;
+        let mut projection = values(50 + rows as u64, rows * width, 4.0);
+        // Row 0: a + dt_bias past 20 and at −30 for the first heads.
+        projection[5 + heads] = 25.0;
+        projection[5 + heads + 1] = -30.0;
+        let a_log = values(51, heads, 1.0);
+        let dt_bias = values(52, heads, 1.0);
+        let all = tensor::<Cpu, 2>(&projection, [rows, width], &cpu);
+        let (want_g, want_beta) = Cpu::gdn_gates(
+            all.clone().slice([0..rows, 5 + heads..5 + 2 * heads]),
+            all.slice([0..rows, 5..5 + heads]),
+            tensor(&a_log, [heads], &cpu),
+            tensor(&dt_bias, [heads], &cpu),
+        );
+        let all = tensor::<Gpu, 2>(&projection, [rows, width], &device);
+        let (g, beta) = Gpu::gdn_gates(
+            all.clone().slice([0..rows, 5 + heads..5 + 2 * heads]),
+            all.slice([0..rows, 5..5 + heads]),
+            tensor(&a_log, [heads], &device),
+            tensor(&dt_bias, [heads], &device),
+        );
+        let err = max_rel_err(&host_f32(g), &host_f32(want_g));
+        assert!(err < TOL, "{NAME} gdn_gates {rows} rows: g, error {err}");
+        let err = max_rel_err(&host_f32(beta), &host_f32(want_beta));
+        assert!(err < TOL, "{NAME} gdn_gates {rows} rows: beta, error {err}");
+    }
+}
+
+/// The gated RMSNorm over value heads: Qwen3.6's head size, a width past one cube's planes on
+/// lavapipe, and a ragged one.
+#[test]
+fn gated_rms_norm_matches_reference() {
+    let device = gpu();
+    let cpu = Default::default();
+    for (rows, dim) in [(1, 128), (48, 128), (3, 16), (2, 1000), (4, 13)] {
+        let x = values(60, rows * dim, 3.0);
+        let z = values(61, rows * dim, 6.0);
+        let w = values(62, dim, 2.0);
+        let want = host_f32(Cpu::gated_rms_norm(
+            tensor(&x, [rows, dim], &cpu),
+            tensor(&z, [rows, dim], &cpu),
+            tensor(&w, [dim], &cpu),
+            1e-6,
+        ));
+        let got = host_f32(Gpu::gated_rms_norm(
+            tensor(&x, [rows, dim], &device),
+            tensor(&z, [rows, dim], &device),
+            tensor(&w, [dim], &device),
+            1e-6,
+        ));
+        let err = max_rel_err(&got, &want);
+        assert!(err < TOL, "{NAME} gated_rms_norm {rows}x{dim}: error {err}");
+    }
+}
