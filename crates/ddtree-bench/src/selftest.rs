@@ -640,14 +640,20 @@ fn gdn_checks<B: KernelOps>(device: &B::Device, checks: &mut Checks) {
             &host_f32(want.1),
         );
 
-        let norm_rows = n * vh;
-        let (x, x_ref) = on_device::<B, 2>(random(46, norm_rows * 128, 3.0), [norm_rows, 128], device);
-        let (z, z_ref) = on_device::<B, 2>(random(47, norm_rows * 128, 6.0), [norm_rows, 128], device);
+        // Per value head, `z` a column view of the projection.
+        let vw = heads.value_width();
+        let (x, x_ref) = on_device::<B, 2>(random(46, n * vw, 3.0), [n, vw], device);
+        let (z, z_ref) = on_device::<B, 2>(random(47, n * 2 * vw, 6.0), [n, 2 * vw], device);
         let (nw, nw_ref) = on_device::<B, 1>(random(48, 128, 2.0), [128], device);
         checks.compare(
-            &format!("gated_rms_norm {norm_rows}x128"),
-            &host_f32(B::gated_rms_norm(x, z, nw, 1e-6)),
-            &host_f32(Cpu::gated_rms_norm(x_ref, z_ref, nw_ref, 1e-6)),
+            &format!("gated_rms_norm {n}x{vh}x128 (z view)"),
+            &host_f32(B::gated_rms_norm(x, z.slice([0..n, vw..2 * vw]), nw, 1e-6)),
+            &host_f32(Cpu::gated_rms_norm(
+                x_ref,
+                z_ref.slice([0..n, vw..2 * vw]),
+                nw_ref,
+                1e-6,
+            )),
         );
 
         let q = 24 * 256;

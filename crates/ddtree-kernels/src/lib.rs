@@ -241,7 +241,8 @@ pub trait KernelOps: Backend {
         reference::gated_delta_rule(q, k, v, g, beta, state, parents)
     }
 
-    /// `rms_norm(x, weight) ⊙ silu(z)` ([`reference::gated_rms_norm`]).
+    /// `rms_norm(x, weight) ⊙ silu(z)` over each `weight`-wide group of a row
+    /// ([`reference::gated_rms_norm`]).
     fn gated_rms_norm(
         x: Tensor<Self, 2>,
         z: Tensor<Self, 2>,

@@ -317,15 +317,19 @@ pub fn gated_delta_rule<B: Backend>(
     (Tensor::cat(outputs, 0).cast(dtype), last.cast(state_dtype))
 }
 
-/// `rms_norm(x, weight) ⊙ silu(z)` over `[rows, dim]` (the Gated DeltaNet's output norm: a plain
-/// weight, normalised before the gate).
+/// `rms_norm(x, weight) ⊙ silu(z)` over each `dim`-wide group of the rows of `x, z: [rows, width]`
+/// (`weight: [dim]`, `width` a multiple of `dim`): the Gated DeltaNet's output norm over each
+/// value head, a plain weight, normalised before the gate.
 pub fn gated_rms_norm<B: Backend>(
     x: Tensor<B, 2>,
     z: Tensor<B, 2>,
     weight: Tensor<B, 1>,
     eps: f64,
 ) -> Tensor<B, 2> {
-    rms_norm(x, weight, eps) * z.clone() / z.neg().exp().add_scalar(1.0)
+    let [rows, width] = x.dims();
+    let groups = [rows * width / weight.dims()[0], weight.dims()[0]];
+    let (x, z) = (x.reshape(groups), z.reshape(groups));
+    (rms_norm(x, weight, eps) * z.clone() / z.neg().exp().add_scalar(1.0)).reshape([rows, width])
 }
 
 /// The attention step between the QKV projection and attention, as the composition of the

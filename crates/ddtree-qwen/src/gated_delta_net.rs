@@ -165,13 +165,8 @@ impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
                 beta,
             });
         }
-        let out = B::gated_rms_norm(
-            out.reshape([n * heads, h.value_dim]),
-            z.reshape([n * heads, h.value_dim]),
-            self.norm_weight.clone(),
-            self.eps,
-        );
-        out.reshape([n, vw])
+        // Normalised per value head; `z` stays a view of the projection.
+        B::gated_rms_norm(out.reshape([n, vw]), z, self.norm_weight.clone(), self.eps)
     }
 
     fn out_proj(&self) -> &Linear<B> {

@@ -101,20 +101,25 @@ pub fn gates<F: Float>(
     }
 }
 
-/// `y = x / sqrt(mean(x²) + eps) · weight · silu(z)` per row of `x, z, y: [rows, dim]`
-/// (`weight: [dim]`), one cube of `planes` planes per row, in f32: the Gated DeltaNet's output
-/// norm over each value head.
+/// `y = x / sqrt(mean(x²) + eps) · weight · silu(z)` over each `dim`-wide group (value head) of
+/// the rows of `x, y: [rows, groups · dim]` (dense) and `z` (a row view, row stride `z_stride`:
+/// columns of the layer's input projection), `weight: [dim]`, in f32. Launch `(groups, rows)`
+/// cubes of `planes` planes.
 #[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
 pub fn gated_rms_norm_rows<F: Float>(
     x: &Array<F>,
     z: &Array<F>,
     weight: &Array<F>,
     y: &mut Array<F>,
     dim: usize,
+    z_stride: usize,
     eps: f32,
     #[comptime] planes: usize,
 ) {
-    let base = CUBE_POS_X as usize * dim;
+    let (group, row) = (CUBE_POS_X as usize, CUBE_POS_Y as usize);
+    let base = (row * CUBE_COUNT_X as usize + group) * dim;
+    let z_base = row * z_stride + group * dim;
     let mut squares = 0.0f32;
     let mut i = UNIT_POS as usize;
     while i < dim {
@@ -126,7 +131,7 @@ pub fn gated_rms_norm_rows<F: Float>(
     let mut j = UNIT_POS as usize;
     while j < dim {
         let v = f32::cast_from(x[base + j]);
-        let gate = f32::cast_from(z[base + j]);
+        let gate = f32::cast_from(z[z_base + j]);
         let silu = gate / (1.0 + f32::exp(0.0 - gate));
         y[base + j] = F::cast_from(v / rms * f32::cast_from(weight[j]) * silu);
         j += CUBE_DIM as usize;

@@ -449,28 +449,32 @@ where
         weight: Tensor<Self, 1>,
         eps: f64,
     ) -> Tensor<Self, 2> {
-        let [rows, dim] = x.dims();
-        if rows == 0 || dim == 0 {
+        let [rows, width] = x.dims();
+        let dim = weight.dims()[0];
+        if rows == 0 || dim == 0 || !width.is_multiple_of(dim) {
             return crate::reference::gated_rms_norm(x, z, weight, eps);
         }
-        let (x, z, w) = (cube(x), cube(z), cube(weight));
-        let y = contiguous::<R, F, _>(&x, [rows, dim]);
+        // `z` (columns of the input projection) is read in place.
+        let (x, z, w) = (cube(x), row_view(z), cube(weight));
+        let y = contiguous::<R, F, _>(&x, [rows, width]);
         let hardware = &x.client.properties().hardware;
         let plane = hardware.plane_size_max;
         let planes = (dim as u32)
             .div_ceil(plane)
             .clamp(1, hardware.max_units_per_cube / plane);
-        // SAFETY: dense `[rows, dim]` buffers and a `[dim]` weight.
+        // SAFETY: dense `[rows, width]` x and y, `z` covering `rows` rows of its stride, a `[dim]`
+        // weight; one cube per `dim`-wide group of a row.
         unsafe {
             gdn::gated_rms_norm_rows::launch_unchecked::<F, R>(
                 &x.client,
-                CubeCount::Static(rows as u32, 1, 1),
+                CubeCount::Static((width / dim) as u32, rows as u32, 1),
                 CubeDim::new_2d(plane, planes),
                 array(&x),
-                array(&z),
+                view_array(&z),
                 array(&w),
                 array(&y),
                 dim,
+                z.meta.strides()[0],
                 eps as f32,
                 planes as usize,
             );

@@ -846,29 +846,32 @@ fn gdn_gates_match_reference() {
     }
 }
 
-/// The gated RMSNorm over value heads: Qwen3.6's head size, a width past one cube's planes on
-/// lavapipe, and a ragged one.
+/// The gated RMSNorm over value heads: per row (one group), and per `dim`-wide group of a row
+/// with `z` a column view of a projection (as the layer passes it) — Qwen3.6's head size, a width
+/// past one cube's planes on lavapipe, a ragged one.
 #[test]
 fn gated_rms_norm_matches_reference() {
     let device = gpu();
     let cpu = Default::default();
-    for (rows, dim) in [(1, 128), (48, 128), (3, 16), (2, 1000), (4, 13)] {
-        let x = values(60, rows * dim, 3.0);
-        let z = values(61, rows * dim, 6.0);
+    for (rows, groups, dim) in [(1, 1, 128), (48, 1, 128), (3, 1, 16), (2, 1, 1000), (4, 1, 13), (1, 6, 128), (5, 4, 16)] {
+        let width = groups * dim;
+        let x = values(60, rows * width, 3.0);
+        let projection = values(61, rows * (width + 5), 6.0);
         let w = values(62, dim, 2.0);
+        let cols = 3..3 + width;
         let want = host_f32(Cpu::gated_rms_norm(
-            tensor(&x, [rows, dim], &cpu),
-            tensor(&z, [rows, dim], &cpu),
+            tensor(&x, [rows, width], &cpu),
+            tensor::<Cpu, 2>(&projection, [rows, width + 5], &cpu).slice([0..rows, cols.clone()]),
             tensor(&w, [dim], &cpu),
             1e-6,
         ));
         let got = host_f32(Gpu::gated_rms_norm(
-            tensor(&x, [rows, dim], &device),
-            tensor(&z, [rows, dim], &device),
+            tensor(&x, [rows, width], &device),
+            tensor::<Gpu, 2>(&projection, [rows, width + 5], &device).slice([0..rows, cols]),
             tensor(&w, [dim], &device),
             1e-6,
         ));
         let err = max_rel_err(&got, &want);
-        assert!(err < TOL, "{NAME} gated_rms_norm {rows}x{dim}: error {err}");
+        assert!(err < TOL, "{NAME} gated_rms_norm {rows}x{groups}x{dim}: error {err}");
     }
 }
