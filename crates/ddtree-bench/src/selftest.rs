@@ -600,11 +600,20 @@ fn gdn_checks<B: KernelOps>(device: &B::Device, checks: &mut Checks) {
         let m = n + 3;
         let mut rng = StdRng::seed_from_u64(40 + n as u64);
         let windows: Vec<usize> = (0..4 * n).map(|_| rng.random_range(0..m)).collect();
-        let (rows, rows_ref) = on_device::<B, 2>(random(41, m * c, 2.0), [m, c], device);
+        // The block's rows: the first C columns of the layer's input projection (its width).
+        let p = 2 * c - heads.key_width() + 2 * vh;
+        let (history, history_ref) = on_device::<B, 2>(random(41, 3 * c, 2.0), [3, c], device);
+        let (block, block_ref) = on_device::<B, 2>(random(43, n * p, 2.0), [n, p], device);
         let (w, w_ref) = on_device::<B, 2>(random(42, c * 4, 0.8), [c, 4], device);
-        let want = Cpu::gdn_conv_qkv(rows_ref, &windows, w_ref, heads);
-        let got = B::gdn_conv_qkv(rows, &windows, w, heads);
-        for (part, got, want) in [("q", got.0, want.0), ("k", got.1, want.1), ("v", got.2, want.2)] {
+        let want = Cpu::gdn_conv_qkv(history_ref, block_ref, &windows, w_ref, heads);
+        let got = B::gdn_conv_qkv(history, block, &windows, w, heads);
+        let exact = host_f32(got.history) == host_f32(want.history);
+        checks.failures += usize::from(!exact);
+        println!(
+            "{}",
+            json!({ "check": format!("gdn_conv_qkv {n} rows: the last rows kept"), "exact": exact, "ok": exact })
+        );
+        for (part, got, want) in [("q", got.q, want.q), ("k", got.k, want.k), ("v", got.v, want.v)] {
             checks.compare(
                 &format!("gdn_conv_qkv {n} rows, 16/48 heads × 128: {part}"),
                 &host_f32(got),

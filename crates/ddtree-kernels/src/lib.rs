@@ -86,6 +86,20 @@ impl GdnHeads {
     }
 }
 
+/// What [`KernelOps::gdn_conv_qkv`] gives: the recurrence's inputs and the conv rows to keep.
+#[derive(Clone, Debug)]
+pub struct GdnConv<B: Backend> {
+    /// `[n, Hk, Dk]`, L2-normalised per head and scaled by `1/√Dk`.
+    pub q: Tensor<B, 3>,
+    /// `[n, Hk, Dk]`, L2-normalised per head.
+    pub k: Tensor<B, 3>,
+    /// `[n, Hv, Dv]`.
+    pub v: Tensor<B, 3>,
+    /// `[K − 1, C]`: the last `K − 1` pre-conv rows of `[history; block]` (the committed rows
+    /// after a sequence block).
+    pub history: Tensor<B, 2>,
+}
+
 /// The operations the models call. Defaults are the [`mod@reference`] implementations; see each
 /// reference function for the exact shapes and semantics.
 pub trait KernelOps: Backend {
@@ -215,15 +229,17 @@ pub trait KernelOps: Backend {
         reference::causal_conv1d(rows, windows, weight)
     }
 
-    /// The Gated DeltaNet's conv stage: causal conv + SiLU over gathered row windows, per-head
-    /// L2 norm of q and k, q scaled by `1/√Dk` ([`reference::gdn_conv_qkv`]).
+    /// The Gated DeltaNet's conv stage over `[history; first C columns of block]`: causal conv +
+    /// SiLU over gathered row windows, per-head L2 norm of q and k, q scaled by `1/√Dk`, and the
+    /// last `K − 1` rows ([`reference::gdn_conv_qkv`]).
     fn gdn_conv_qkv(
-        rows: Tensor<Self, 2>,
+        history: Tensor<Self, 2>,
+        block: Tensor<Self, 2>,
         windows: &[usize],
         weight: Tensor<Self, 2>,
         heads: GdnHeads,
-    ) -> (Tensor<Self, 3>, Tensor<Self, 3>, Tensor<Self, 3>) {
-        reference::gdn_conv_qkv(rows, windows, weight, heads)
+    ) -> GdnConv<Self> {
+        reference::gdn_conv_qkv(history, block, windows, weight, heads)
     }
 
     /// The gated delta rule over parent-linked rows (a sequence or a tree), returning every row's

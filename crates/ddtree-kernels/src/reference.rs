@@ -5,8 +5,8 @@ use burn_tensor::activation::{log_softmax, softmax};
 use burn_tensor::backend::Backend;
 use burn_tensor::{Bool, FloatDType, Int, Tensor, TensorData};
 
-use crate::GdnHeads;
 use crate::mask::AttentionContext;
+use crate::{GdnConv, GdnHeads};
 
 /// `x · rsqrt(mean(x²) + eps) · weight` over the last dimension of `[rows, hidden]`.
 pub fn rms_norm<B: Backend>(x: Tensor<B, 2>, weight: Tensor<B, 1>, eps: f64) -> Tensor<B, 2> {
@@ -193,32 +193,40 @@ pub fn causal_conv1d<B: Backend>(
 /// The ε inside the root of the Gated DeltaNet's q/k L2 norm (FLA's and transformers' `1e-6`).
 pub const GDN_L2_EPS: f64 = 1e-6;
 
-/// The Gated DeltaNet's conv stage for `rows: [m, C]` (`C = [q | k | v]` channels of `heads`):
-/// [`causal_conv1d`] with SiLU over `windows`, then per-head [`l2_norm`] (ε [`GDN_L2_EPS`]) of q and k,
-/// q scaled by `1/√Dk`. Returns `q, k: [n, Hk, Dk]` and `v: [n, Hv, Dv]`.
+/// The Gated DeltaNet's conv stage over the rows `[history; block]` — `history: [K − 1, C]`, the
+/// committed pre-conv rows, then the first `C` columns of `block: [n, ≥ C]` (`C = [q | k | v]`
+/// channels of `heads`; the layer passes its whole input projection): [`causal_conv1d`] with
+/// SiLU over `windows`, then per-head [`l2_norm`] (ε [`GDN_L2_EPS`]) of q and k, q scaled by
+/// `1/√Dk`. Also returns the last `K − 1` of those rows, the committed rows after a sequence
+/// block.
 pub fn gdn_conv_qkv<B: Backend>(
-    rows: Tensor<B, 2>,
+    history: Tensor<B, 2>,
+    block: Tensor<B, 2>,
     windows: &[usize],
     weight: Tensor<B, 2>,
     heads: GdnHeads,
-) -> (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>) {
+) -> GdnConv<B> {
     let GdnHeads {
         key_heads,
         value_heads,
         key_dim,
         value_dim,
     } = heads;
-    let n = windows.len() / weight.dims()[1];
+    let [kept, c] = history.dims();
+    let n = block.dims()[0];
+    let rows = Tensor::cat(vec![history, block.slice([0..n, 0..c])], 0);
     let kw = heads.key_width();
-    let mixed = causal_conv1d(rows, windows, weight);
+    let mixed = causal_conv1d(rows.clone(), windows, weight);
     let cols = |from: usize, width: usize| mixed.clone().slice([0..n, from..from + width]);
     let unit_heads = |t: Tensor<B, 2>| {
         l2_norm(t.reshape([n * key_heads, key_dim]), GDN_L2_EPS).reshape([n, key_heads, key_dim])
     };
-    let q = unit_heads(cols(0, kw)).mul_scalar((key_dim as f64).powf(-0.5));
-    let k = unit_heads(cols(kw, kw));
-    let v = cols(2 * kw, heads.value_width()).reshape([n, value_heads, value_dim]);
-    (q, k, v)
+    GdnConv {
+        q: unit_heads(cols(0, kw)).mul_scalar((key_dim as f64).powf(-0.5)),
+        k: unit_heads(cols(kw, kw)),
+        v: cols(2 * kw, heads.value_width()).reshape([n, value_heads, value_dim]),
+        history: rows.slice([n..n + kept, 0..c]),
+    }
 }
 
 /// Each row's children and the roots of `parents` (`-1`: a root, else an earlier row), both in

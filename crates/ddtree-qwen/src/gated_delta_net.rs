@@ -38,8 +38,8 @@ struct GdnShape {
 /// What commit needs from the last verified block.
 #[derive(Clone, Debug)]
 struct Pending<B: KernelOps> {
-    /// `[K − 1 + n, C]`: the committed pre-conv rows, then the block's.
-    rows: Tensor<B, 2>,
+    /// The block's input projection `[n, P]`, its pre-conv rows in the first `C` columns.
+    block: Tensor<B, 2>,
     q: Tensor<B, 3>,
     k: Tensor<B, 3>,
     v: Tensor<B, 3>,
@@ -134,11 +134,18 @@ impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
         let cols = |from: usize, width: usize| proj.clone().slice([0..n, from..from + width]);
         let (z, b, a) = (cols(c, vw), cols(c + vw, heads), cols(c + vw + heads, heads));
 
-        let rows = Tensor::cat(vec![self.conv_rows.clone(), cols(0, c)], 0);
         let windows = block
             .conv_windows
             .get_or_init(|| conv_windows(block.parents, s.kernel));
-        let (q, k, v) = B::gdn_conv_qkv(rows.clone(), windows, self.conv_weight.clone(), h);
+        // The block's pre-conv rows are the projection's first C columns, read in place.
+        let conv = B::gdn_conv_qkv(
+            self.conv_rows.clone(),
+            proj.clone(),
+            windows,
+            self.conv_weight.clone(),
+            h,
+        );
+        let (q, k, v) = (conv.q, conv.k, conv.v);
         let (g, beta) = B::gdn_gates(a, b, self.a_log.clone(), self.dt_bias.clone());
 
         let (out, last) = B::gated_delta_rule(
@@ -153,11 +160,11 @@ impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
         if block.commits {
             // A sequence: the new conv rows are the last K − 1 of the history and the block.
             self.state = last;
-            self.conv_rows = rows.slice([n..n + s.kernel - 1, 0..c]);
+            self.conv_rows = conv.history;
             self.pending = None;
         } else {
             self.pending = Some(Pending {
-                rows,
+                block: proj,
                 q,
                 k,
                 v,
@@ -193,7 +200,9 @@ impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
         let history = self.shape.kernel - 1;
         let tail = (0..history).chain(accepted.iter().map(|&a| history + a));
         let tail: Vec<usize> = tail.skip(accepted.len()).collect();
-        self.conv_rows = p.rows.select(0, index(tail.into_iter(), &device));
+        let (n, c) = (p.block.dims()[0], self.shape.heads.channels());
+        let rows = Tensor::cat(vec![self.conv_rows.clone(), p.block.slice([0..n, 0..c])], 0);
+        self.conv_rows = rows.select(0, index(tail.into_iter(), &device));
     }
 
     fn reset(&mut self) {

@@ -15,22 +15,28 @@ use super::reduce::cube_sum;
 /// output is stored; q and k heads are then divided by `sqrt(Σ_head x² + eps)` (q also scaled by
 /// `scale`), in f32.
 ///
-/// `rows: [m, C]` (`C = 2 · Hk · Dk + Hv · Dv`), `windows: [n · K]` row indices, `weight: [C, K]`;
-/// writes `q, k: [n, Hk · Dk]` and `v: [n, Hv · Dv]`, all dense. Launch `(2 · Hk + Hv, n)` cubes
-/// of `planes` planes covering `max(Dk, Dv)` units.
+/// `rows` is `[history; block]` without its concatenation: `history: [K − 1, C]` dense (`C = 2 ·
+/// Hk · Dk + Hv · Dv`), then the `n` block rows, the first `C` columns of `block` (row stride
+/// `block_stride`: the layer's input projection, read in place). `windows: [n · K]` row indices,
+/// `weight: [C, K]`; writes `q, k: [n, Hk · Dk]`, `v: [n, Hv · Dv]` and `next: [K − 1, C]`, the last
+/// `K − 1` rows (the committed conv rows after a sequence block; the row-0 cubes copy them), all
+/// dense. Launch `(2 · Hk + Hv, n)` cubes of `planes` planes covering `max(Dk, Dv)` units.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn conv_qkv<F: Float>(
-    rows: &Array<F>,
+    history: &Array<F>,
+    block: &Array<F>,
     windows: &Array<u32>,
     weight: &Array<F>,
     q: &mut Array<F>,
     k: &mut Array<F>,
     v: &mut Array<F>,
+    next: &mut Array<F>,
     key_heads: usize,
     key_dim: usize,
     value_dim: usize,
     channels: usize,
+    block_stride: usize,
     scale: f32,
     eps: f32,
     #[comptime] kernel: usize,
@@ -53,9 +59,18 @@ pub fn conv_qkv<F: Float>(
         #[unroll]
         for j in 0..kernel {
             let r = windows[row * kernel + j] as usize;
-            sum += f32::cast_from(rows[r * channels + c]) * f32::cast_from(weight[c * kernel + j]);
+            let value = row_value::<F>(history, block, r, c, channels, block_stride, kernel);
+            sum += value * f32::cast_from(weight[c * kernel + j]);
         }
         x = f32::cast_from(F::cast_from(sum / (1.0 + f32::exp(0.0 - sum))));
+        if row == 0 {
+            let n = CUBE_COUNT_Y as usize;
+            #[unroll]
+            for j in 0..comptime!(kernel - 1) {
+                let value = row_value::<F>(history, block, n + j, c, channels, block_stride, kernel);
+                next[j * channels + c] = F::cast_from(value);
+            }
+        }
     }
     // Every cube reduces (v heads a zero), so the barrier sits outside any branch.
     let norm = f32::sqrt(cube_sum(select(normed, x * x, 0.0), planes) + eps);
@@ -69,6 +84,25 @@ pub fn conv_qkv<F: Float>(
         }
     } else if d < dim {
         v[row * (channels - 2 * key_width) + c - 2 * key_width] = F::cast_from(x);
+    }
+}
+
+/// Channel `c` of row `r` of `[history (K − 1 rows); block]`, in f32.
+#[cube]
+fn row_value<F: Float>(
+    history: &Array<F>,
+    block: &Array<F>,
+    r: usize,
+    c: usize,
+    channels: usize,
+    block_stride: usize,
+    #[comptime] kernel: usize,
+) -> f32 {
+    let kept = comptime!(kernel - 1);
+    if r < kept {
+        f32::cast_from(history[r * channels + c])
+    } else {
+        f32::cast_from(block[(r - kept) * block_stride + c])
     }
 }
 

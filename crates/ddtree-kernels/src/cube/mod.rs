@@ -31,7 +31,7 @@ use cubecl::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::nn::{HeadShape, QkvRows};
-use crate::{AttentionContext, GdnHeads, KernelOps, Visibility};
+use crate::{AttentionContext, GdnConv, GdnHeads, KernelOps, Visibility};
 
 /// The GPU backend the project runs on NVIDIA devices: burn's CubeCL CUDA backend in bf16 (f32
 /// accumulation inside the kernels), without burn's fusion layer so our kernels see plain
@@ -353,19 +353,25 @@ where
     }
 
     fn gdn_conv_qkv(
-        rows: Tensor<Self, 2>,
+        history: Tensor<Self, 2>,
+        block: Tensor<Self, 2>,
         windows: &[usize],
         weight: Tensor<Self, 2>,
         heads: GdnHeads,
-    ) -> (Tensor<Self, 3>, Tensor<Self, 3>, Tensor<Self, 3>) {
+    ) -> GdnConv<Self> {
         let [channels, kernel] = weight.dims();
         let n = windows.len() / kernel;
-        let client = R::client(&rows.device());
+        let client = R::client(&block.device());
         let hardware = &client.properties().hardware;
         let plane = hardware.plane_size_max as usize;
         let planes = heads.key_dim.max(heads.value_dim).div_ceil(plane);
-        if n == 0 || channels != heads.channels() || planes * plane > hardware.max_units_per_cube as usize {
-            return crate::reference::gdn_conv_qkv(rows, windows, weight, heads);
+        if n == 0
+            || n != block.dims()[0]
+            || channels != heads.channels()
+            || history.dims() != [kernel - 1, channels]
+            || planes * plane > hardware.max_units_per_cube as usize
+        {
+            return crate::reference::gdn_conv_qkv(history, block, windows, weight, heads);
         }
         let GdnHeads {
             key_heads,
@@ -373,36 +379,47 @@ where
             key_dim,
             value_dim,
         } = heads;
-        let (rows, weight) = (cube(rows), cube(weight));
-        let q = contiguous::<R, F, _>(&rows, [n, key_heads, key_dim]);
-        let k = contiguous::<R, F, _>(&rows, [n, key_heads, key_dim]);
-        let v = contiguous::<R, F, _>(&rows, [n, value_heads, value_dim]);
+        // The block's rows (the input projection) are read in place.
+        let (history, block, weight) = (cube(history), row_view(block), cube(weight));
+        let q = contiguous::<R, F, _>(&history, [n, key_heads, key_dim]);
+        let k = contiguous::<R, F, _>(&history, [n, key_heads, key_dim]);
+        let v = contiguous::<R, F, _>(&history, [n, value_heads, value_dim]);
+        let next = contiguous::<R, F, _>(&history, [kernel - 1, channels]);
         let windows: Vec<u32> = windows.iter().map(|&w| w as u32).collect();
         let slots = 2 * key_heads + value_heads;
-        // SAFETY: `rows` dense `[m, C]` with every window index below `m`, `weight` dense
-        // `[C, K]`, outputs dense; a cube of `planes` planes covers the widest head.
+        // SAFETY: `history` dense `[K − 1, C]`, `block` `n` rows of its stride holding at least `C`
+        // columns, every window index below `K − 1 + n`, `weight` dense `[C, K]`, outputs dense; a
+        // cube of `planes` planes covers the widest head.
         unsafe {
             gdn::conv_qkv::launch_unchecked::<F, R>(
                 &client,
                 CubeCount::Static(slots as u32, n as u32, 1),
                 CubeDim::new_2d(plane as u32, planes as u32),
-                array(&rows),
+                array(&history),
+                view_array(&block),
                 upload_words(&client, &windows),
                 array(&weight),
                 array(&q),
                 array(&k),
                 array(&v),
+                array(&next),
                 key_heads,
                 key_dim,
                 value_dim,
                 channels,
+                block.meta.strides()[0],
                 (key_dim as f32).powf(-0.5),
                 crate::reference::GDN_L2_EPS as f32,
                 kernel,
                 planes,
             );
         }
-        (float(q), float(k), float(v))
+        GdnConv {
+            q: float(q),
+            k: float(k),
+            v: float(v),
+            history: float(next),
+        }
     }
 
     fn gdn_gates(

@@ -769,8 +769,9 @@ fn sigmoid_mul_matches_reference() {
     }
 }
 
-/// The conv stage of a Gated DeltaNet layer — conv + SiLU over gathered windows, per-head L2
-/// norm of q and k, q scaled — for an AR row, a tree's windows (rows shared between windows,
+/// The conv stage of a Gated DeltaNet layer — conv + SiLU over gathered windows of the committed
+/// rows and the block's (the first columns of a projection), per-head L2 norm of q and k, q
+/// scaled, and the last rows kept — for an AR row, a tree's windows (rows shared between windows,
 /// committed rows among them) and a 65-row block at Qwen3.6's head sizes with grouped heads.
 #[test]
 fn gdn_conv_qkv_matches_reference() {
@@ -797,16 +798,34 @@ fn gdn_conv_qkv_matches_reference() {
         ("65 rows", qwen36, 68, random_windows),
     ];
     for (case, heads, m, windows) in cases {
-        let c = heads.channels();
-        let rows = values(41, m * c, 2.0);
+        // Three committed rows, then the block's rows as the first C columns of a wider
+        // projection (read in place, a ragged row stride).
+        let (c, n) = (heads.channels(), m - 3);
+        let history = values(41, 3 * c, 2.0);
+        let projection = values(43, n * (c + 5), 2.0);
         let weight = values(42, c * 4, 0.8);
-        let want = Cpu::gdn_conv_qkv(tensor(&rows, [m, c], &cpu), &windows, tensor(&weight, [c, 4], &cpu), heads);
-        let got = Gpu::gdn_conv_qkv(tensor(&rows, [m, c], &device), &windows, tensor(&weight, [c, 4], &device), heads);
-        for (part, got, want) in [("q", got.0, want.0), ("k", got.1, want.1), ("v", got.2, want.2)] {
+        let want = Cpu::gdn_conv_qkv(
+            tensor(&history, [3, c], &cpu),
+            tensor(&projection, [n, c + 5], &cpu),
+            &windows,
+            tensor(&weight, [c, 4], &cpu),
+            heads,
+        );
+        let got = Gpu::gdn_conv_qkv(
+            tensor(&history, [3, c], &device),
+            tensor(&projection, [n, c + 5], &device),
+            &windows,
+            tensor(&weight, [c, 4], &device),
+            heads,
+        );
+        for (part, got, want) in [("q", got.q, want.q), ("k", got.k, want.k), ("v", got.v, want.v)] {
             assert_eq!(got.dims(), want.dims(), "{NAME} gdn_conv_qkv {case}: {part} shape");
             let err = max_rel_err(&host_f32(got), &host_f32(want));
             assert!(err < TOL, "{NAME} gdn_conv_qkv {case}: {part}, error {err}");
         }
+        // A copy of inputs (rounded on upload in f16).
+        let err = max_rel_err(&host_f32(got.history), &host_f32(want.history));
+        assert!(err < TOL, "{NAME} gdn_conv_qkv {case}: the last rows, error {err}");
     }
 }
 
