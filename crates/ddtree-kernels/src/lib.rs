@@ -7,8 +7,8 @@
 //!
 //! [`nn`] builds the layers the models share (linear, RMSNorm, SwiGLU MLP, rotary table, KV
 //! cache, attention with an optional output gate) from these primitives. The Gated DeltaNet
-//! primitives (causal conv over gathered windows, L2 norm, gates, the parent-indexed gated delta
-//! rule, gated RMSNorm) serve the hybrid Qwen3.5/3.6 targets.
+//! primitives (the conv stage — causal conv over gathered windows, per-head L2 norm —, gates, the
+//! parent-indexed gated delta rule, gated RMSNorm) serve the hybrid Qwen3.5/3.6 targets.
 //!
 //! ```
 //! use burn_ndarray::NdArray;
@@ -208,11 +208,6 @@ pub trait KernelOps: Backend {
         reference::sigmoid_mul(x, gate)
     }
 
-    /// Per-row L2 normalisation `x / sqrt(Σx² + eps)` ([`reference::l2_norm`]).
-    fn l2_norm(x: Tensor<Self, 2>, eps: f64) -> Tensor<Self, 2> {
-        reference::l2_norm(x, eps)
-    }
-
     /// Gated DeltaNet decay `g` and `β` from the `a`, `b` projections ([`reference::gdn_gates`]).
     fn gdn_gates(
         a: Tensor<Self, 2>,
@@ -221,12 +216,6 @@ pub trait KernelOps: Backend {
         dt_bias: Tensor<Self, 1>,
     ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
         reference::gdn_gates(a, b, a_log, dt_bias)
-    }
-
-    /// Depthwise causal conv1d + SiLU over gathered row windows (sequence or tree ancestors)
-    /// ([`reference::causal_conv1d`]).
-    fn causal_conv1d(rows: Tensor<Self, 2>, windows: &[usize], weight: Tensor<Self, 2>) -> Tensor<Self, 2> {
-        reference::causal_conv1d(rows, windows, weight)
     }
 
     /// The Gated DeltaNet's conv stage over `[history; first C columns of block]`: causal conv +
