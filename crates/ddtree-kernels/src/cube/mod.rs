@@ -474,18 +474,14 @@ where
         // `z` (columns of the input projection) is read in place.
         let (x, z, w) = (cube(x), row_view(z), cube(weight));
         let y = contiguous::<R, F, _>(&x, [rows, width]);
-        let hardware = &x.client.properties().hardware;
-        let plane = hardware.plane_size_max;
-        let planes = (dim as u32)
-            .div_ceil(plane)
-            .clamp(1, hardware.max_units_per_cube / plane);
+        let (cube_dim, planes) = cube_of(&x.client, dim as u32);
         // SAFETY: dense `[rows, width]` x and y, `z` covering `rows` rows of its stride, a `[dim]`
         // weight; one cube per `dim`-wide group of a row.
         unsafe {
             gdn::gated_rms_norm_rows::launch_unchecked::<F, R>(
                 &x.client,
                 CubeCount::Static((width / dim) as u32, rows as u32, 1),
-                CubeDim::new_2d(plane, planes),
+                cube_dim,
                 array(&x),
                 view_array(&z),
                 array(&w),
@@ -493,7 +489,7 @@ where
                 dim,
                 z.meta.strides()[0],
                 eps as f32,
-                planes as usize,
+                planes,
             );
         }
         float(y)
@@ -1528,12 +1524,15 @@ fn cube_per_row<R: CubeRuntime>(
     rows: usize,
     units: u32,
 ) -> (CubeCount, CubeDim, usize) {
+    let (dim, planes) = cube_of(client, units);
+    (CubeCount::Static(rows as u32, 1, 1), dim, planes)
+}
+
+/// A cube of whole planes with about `units` units (at least one plane, at most the device's
+/// largest cube), and its plane count.
+fn cube_of<R: CubeRuntime>(client: &ComputeClient<R>, units: u32) -> (CubeDim, usize) {
     let hardware = &client.properties().hardware;
     let plane = hardware.plane_size_max;
     let planes = (units.min(hardware.max_units_per_cube) / plane).max(1);
-    (
-        CubeCount::Static(rows as u32, 1, 1),
-        CubeDim::new_2d(plane, planes),
-        planes as usize,
-    )
+    (CubeDim::new_2d(plane, planes), planes as usize)
 }
