@@ -218,7 +218,12 @@ struct Dims {
 /// What the stages call on a target; Qwen3 and the hybrids share these method names.
 trait StageTarget<B: KernelOps>: Sized {
     type Config;
-    fn load(config: Self::Config, options: LoadOptions, device: &B::Device) -> Result<Self, Error>;
+    fn load(
+        config: Self::Config,
+        source: &RandomWeights,
+        options: LoadOptions,
+        device: &B::Device,
+    ) -> Result<Self, Error>;
     fn dims(&self) -> Dims;
     /// Weight bytes one pass streams, LM head included.
     fn streamed_bytes(&self) -> f64;
@@ -237,12 +242,13 @@ macro_rules! stage_target {
     ($model:ident, $config:ident, $bytes:expr, $rewind:expr) => {
         impl<B: KernelOps> StageTarget<B> for $model<B> {
             type Config = $config;
-            fn load(config: $config, options: LoadOptions, device: &B::Device) -> Result<Self, Error> {
-                let source = RandomWeights {
-                    std: 0.02,
-                    tied_embeddings: false,
-                };
-                Ok($model::load(config, &source, options, device)?)
+            fn load(
+                config: $config,
+                source: &RandomWeights,
+                options: LoadOptions,
+                device: &B::Device,
+            ) -> Result<Self, Error> {
+                Ok($model::load(config, source, options, device)?)
             }
             fn dims(&self) -> Dims {
                 let c = self.config();
@@ -463,11 +469,8 @@ fn run_with<B: KernelOps, T: StageTarget<B>>(
         max_context: Some(capacity),
         capture_layers: draft_cfg.target_layer_ids.clone(),
     };
-    let mut target = T::load(target_cfg, options, device)?;
-    let source = RandomWeights {
-        std: 0.02,
-        tied_embeddings: false,
-    };
+    let source = RandomWeights::default();
+    let mut target = T::load(target_cfg, &source, options, device)?;
     let mut drafter = DFlash::<B>::load(draft_cfg.clone(), &source, target.head(), capacity, device)?;
     B::sync(device)?;
     eprintln!("built random-weight models in {:.2} s", t.elapsed().as_secs_f64());
