@@ -11,8 +11,6 @@
 
 use cubecl::prelude::*;
 
-use super::reduce::{cube_max, cube_sum};
-
 /// Visibility inside the block (the prefix is always visible, subject to the window).
 pub const CAUSAL: u32 = 0;
 /// Every block row sees every block row.
@@ -624,13 +622,17 @@ pub fn attention_tiles<F: Float, N: Size>(
     }
 }
 
-/// Merges the splits of [`attention_splits()`] or [`attention_tiles()`]: `out = Σ_s acc_s ·
-/// e^(m_s − M) / Σ_s l_s · e^(m_s − M)` for each (row, head). One cube per query: its units share
-/// the running maxima and sums of the splits, each plane adds the accumulators of every
-/// `planes`-th split (lanes over the head dimension), and the planes' sums meet in shared
-/// memory — a single plane walking 33 splits one dependent load at a time took 25 µs.
-/// Launch with `CubeCount = rows · q_heads` and `CubeDim = (plane, planes)`.
+/// Merges the splits of [`attention_splits()`], [`attention_tiles()`] or
+/// [`super::attention_mma::attention_mma()`]: `out = Σ_s acc_s · e^(m_s − M) / Σ_s l_s ·
+/// e^(m_s − M)` for each (row, head). One cube per query: plane `p` merges splits `p`,
+/// `p + planes`, … (at most `per_plane`, unrolled so that all of their loads are in flight at
+/// once; lanes over the head dimension) into its own maximum, sum and accumulator, and the
+/// planes' results meet once in shared memory — a walk of dependent loads (one split after the
+/// other, or a second pass after a cube-wide maximum) costs a memory latency per step.
+/// Launch with `CubeCount = rows · q_heads`, `CubeDim = (plane, planes)` and
+/// `planes · per_plane ≥ splits`.
 #[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
 pub fn attention_combine<F: Float>(
     part_acc: &Array<f32>,
     part_ml: &Array<f32>,
@@ -640,65 +642,92 @@ pub fn attention_combine<F: Float>(
     #[comptime] head_dim: usize,
     #[comptime] plane: usize,
     #[comptime] planes: usize,
+    #[comptime] per_plane: usize,
 ) {
     let query = CUBE_POS_X as usize;
     let lane = UNIT_POS_X as usize;
     let me = UNIT_POS_Y as usize;
-    let unit = UNIT_POS as usize;
-    let units = comptime!(plane * planes);
     let per_lane = comptime!(head_dim.div_ceil(plane));
 
+    // Every load of the plane's splits first; a missing split weighs e^(min − M) = 0.
+    let mut ms = Array::<f32>::new(per_plane);
+    let mut ls = Array::<f32>::new(per_plane);
+    let mut accs = Array::<f32>::new(comptime!(per_plane * per_lane));
+    #[unroll]
+    for i in 0..per_plane {
+        let s = me + i * planes;
+        ms[i] = f32::min_value();
+        ls[i] = 0.0f32;
+        if s < splits {
+            ms[i] = part_ml[2 * (s * queries + query)];
+            ls[i] = part_ml[2 * (s * queries + query) + 1];
+        }
+        #[unroll]
+        for t in 0..per_lane {
+            let d = lane + t * plane;
+            accs[comptime!(i * per_lane + t)] = 0.0f32;
+            if s < splits && d < head_dim {
+                accs[comptime!(i * per_lane + t)] = part_acc[(s * queries + query) * head_dim + d];
+            }
+        }
+    }
     let mut top = f32::min_value();
-    let mut s = unit;
-    while s < splits {
-        top = f32::max(top, part_ml[2 * (s * queries + query)]);
-        s += units;
+    #[unroll]
+    for i in 0..per_plane {
+        top = f32::max(top, ms[i]);
     }
-    let top = cube_max(top, planes);
-    let mut total = 0.0f32;
-    let mut s = unit;
-    while s < splits {
-        let at = 2 * (s * queries + query);
-        total += part_ml[at + 1] * f32::exp(part_ml[at] - top);
-        s += units;
-    }
-    let total = cube_sum(total, planes);
-
+    let mut sum = 0.0f32;
     let mut acc = Array::<f32>::new(per_lane);
     #[unroll]
     for t in 0..per_lane {
         acc[t] = 0.0f32;
     }
-    let mut s = me;
-    while s < splits {
-        let factor = f32::exp(part_ml[2 * (s * queries + query)] - top);
+    #[unroll]
+    for i in 0..per_plane {
+        let w = f32::exp(ms[i] - top);
+        sum += ls[i] * w;
         #[unroll]
         for t in 0..per_lane {
-            let d = lane + t * plane;
-            if d < head_dim {
-                acc[t] += part_acc[(s * queries + query) * head_dim + d] * factor;
-            }
+            acc[t] += accs[comptime!(i * per_lane + t)] * w;
         }
-        s += planes;
     }
-    let mut sums = SharedMemory::<f32>::new(comptime!(planes * head_dim));
+
+    // The planes' maxima, sums and accumulators, merged by every unit for its dimensions.
+    let mut ml_s = SharedMemory::<f32>::new(comptime!(2 * planes));
+    let mut acc_s = SharedMemory::<f32>::new(comptime!(planes * head_dim));
+    if lane == 0 {
+        ml_s[2 * me] = top;
+        ml_s[2 * me + 1] = sum;
+    }
     #[unroll]
     for t in 0..per_lane {
         let d = lane + t * plane;
         if d < head_dim {
-            sums[me * head_dim + d] = acc[t];
+            acc_s[me * head_dim + d] = acc[t];
         }
     }
     sync_cube();
-    let mut d = unit;
+    let mut m = ml_s[0];
+    #[unroll]
+    for p in 1..planes {
+        m = f32::max(m, ml_s[2 * p]);
+    }
+    let mut total = 0.0f32;
+    let mut scales = Array::<f32>::new(planes);
+    #[unroll]
+    for p in 0..planes {
+        scales[p] = f32::exp(ml_s[2 * p] - m);
+        total += ml_s[2 * p + 1] * scales[p];
+    }
+    let mut d = UNIT_POS as usize;
     while d < head_dim {
         let mut o = 0.0f32;
         #[unroll]
         for p in 0..planes {
-            o += sums[p * head_dim + d];
+            o += acc_s[p * head_dim + d] * scales[p];
         }
         out[query * head_dim + d] = F::cast_from(o / total);
-        d += units;
+        d += comptime!(plane * planes);
     }
 }
 

@@ -54,7 +54,8 @@ const PLANES_PER_CUBE: u32 = 4;
 const GEMV_WARPS: usize = 8192;
 /// Planes per attention cube (each takes one query of the cube at a time).
 const ATTENTION_PLANES: u32 = 8;
-/// Planes per cube of the split-combining attention kernel (each adds every 8th split).
+/// The most planes per cube of the split-combining attention kernel: one per split, then each
+/// takes every `COMBINE_PLANES`-th split.
 const COMBINE_PLANES: u32 = 8;
 /// The largest `k` the top-K kernel is tested for (DDTree budgets stay below it).
 const TOP_K_MAX: usize = 256;
@@ -890,10 +891,12 @@ where
             );
         }
         if splits > 1 {
+            // A plane per split up to `COMBINE_PLANES`, then several splits per plane.
+            let planes = splits.min(COMBINE_PLANES as usize);
             attention::attention_combine::launch_unchecked::<F, R>(
                 &client,
                 CubeCount::Static(queries as u32, 1, 1),
-                CubeDim::new_2d(plane as u32, COMBINE_PLANES),
+                CubeDim::new_2d(plane as u32, planes as u32),
                 array(&part_acc),
                 array(&part_ml),
                 array(&out),
@@ -901,7 +904,8 @@ where
                 splits,
                 head_dim,
                 plane,
-                COMBINE_PLANES as usize,
+                planes,
+                splits.div_ceil(planes),
             );
         }
     }

@@ -19,20 +19,3 @@ pub fn cube_sum(value: f32, #[comptime] planes: usize) -> f32 {
     }
     total
 }
-
-/// The maximum of `value` over the cube's `planes` planes, returned to every unit.
-#[cube]
-pub fn cube_max(value: f32, #[comptime] planes: usize) -> f32 {
-    let mut partial = SharedMemory::<f32>::new(planes);
-    let in_plane = plane_max(value);
-    if UNIT_POS_X == 0 {
-        partial[UNIT_POS_Y as usize] = in_plane;
-    }
-    sync_cube();
-    let mut top = partial[0];
-    #[unroll]
-    for p in 1..planes {
-        top = f32::max(top, partial[p]);
-    }
-    top
-}
