@@ -26,10 +26,17 @@ pub const MMA_KEYS: usize = 64;
 pub const MMA_MAX_HEAD_DIM: usize = 128;
 
 /// Shared memory of an [`attention_mma()`] cube for `head_dim` and `elem`-byte floats, at most:
-/// two slots of [`MMA_KEYS`] keys and values, rows padded by 16 bytes; with `split_keys`, the
-/// other planes' f32 accumulators, maxima and sums for the merge.
+/// three slots of [`MMA_KEYS`] keys and values, rows padded by 16 bytes; with `split_keys`, two
+/// slots and the other planes' f32 accumulators, maxima and sums for the merge.
 pub fn mma_shared_bytes(head_dim: usize, elem: usize) -> usize {
-    2 * 2 * MMA_KEYS * (head_dim * elem + 16) + (MMA_QUERY_PLANES - 1) * 16 * (merge_pitch(head_dim) + 2) * 4
+    let step = 2 * MMA_KEYS * (head_dim * elem + 16);
+    let merge = (MMA_QUERY_PLANES - 1) * 16 * (merge_pitch(head_dim) + 2) * 4;
+    usize::max(mma_slots(false) * step, mma_slots(true) * step + merge)
+}
+
+/// Shared-memory slots of [`attention_mma()`]'s keys and values.
+fn mma_slots(split_keys: bool) -> usize {
+    if split_keys { 2 } else { 3 }
 }
 
 /// The f32 row pitch of [`merge_planes()`]'s accumulators: eight floats of padding put the
@@ -46,7 +53,8 @@ fn merge_pitch(head_dim: usize) -> usize {
 ///
 /// Each plane holds the `Q` fragments of its 16 queries for the whole walk (read once from `q`,
 /// passed as 32-bit words). A step's keys and values are copied asynchronously (`cp.async`) into
-/// one of two shared-memory slots while the other is consumed; one barrier per slot both waits
+/// one of three shared-memory slots (two with `split_keys`), as many steps ahead of the one
+/// being consumed as the other slots hold; one barrier per slot both waits
 /// for the bytes and tells that every unit has finished the slot's previous step (the pattern of
 /// [`super::linear::linear_mma()`]). Per step and plane: `S = Q·Kᵀ` (16 × 64, K fragments by
 /// `ldmatrix`), the online softmax on the accumulator fragments themselves — a lane holds two
@@ -184,37 +192,27 @@ pub fn attention_mma<F: Float, N: Size>(
         l[h] = 0.0f32;
     }
 
-    let mut k_s = SharedMemory::<Vector<F, N>>::new_aligned(comptime!(2 * slot), 16usize);
-    let mut v_s = SharedMemory::<Vector<F, N>>::new_aligned(comptime!(2 * slot), 16usize);
+    // Shared-memory slots of a step's keys and values: `slots − 1` steps load while one is
+    // consumed (two with `split_keys`, whose merge needs the room and whose cubes walk one step).
+    let slots = comptime!(mma_slots(split_keys));
+    let mut k_s = SharedMemory::<Vector<F, N>>::new_aligned(comptime!(slots * slot), 16usize);
+    let mut v_s = SharedMemory::<Vector<F, N>>::new_aligned(comptime!(slots * slot), 16usize);
     let mut barriers = Sequence::<Shared<Barrier>>::new();
     #[unroll]
-    for _ in 0..2usize {
+    for _ in 0..slots {
         barriers.push(Barrier::shared(CUBE_DIM, UNIT_POS == 0));
     }
 
-    copy_keys::<F, N>(
-        k, v, &mut k_s, &mut v_s, 0usize, key_start, key_end, kv_base, row_vecs, unit, head_vecs, units,
-    );
-    barriers.index(0usize).commit_copy_async();
-
-    for step in 0..steps {
-        // The slots alternate at run time, so the step's code exists once (unrolled per slot it
-        // outgrew the instruction cache); only the barriers branch on the slot.
-        let s = step % 2;
-        if s == 0 {
-            barriers.index(0usize).arrive_and_wait();
-        } else {
-            barriers.index(1usize).arrive_and_wait();
-        }
-        // Every unit is past the previous step: its slot takes the next step's keys.
-        if step + 1 < steps {
+    #[unroll]
+    for ahead in 0..comptime!(slots - 1) {
+        if ahead < steps {
             copy_keys::<F, N>(
                 k,
                 v,
                 &mut k_s,
                 &mut v_s,
-                (1 - s) * slot,
-                key_start + (step + 1) * MMA_KEYS,
+                comptime!(ahead * slot),
+                key_start + ahead * MMA_KEYS,
                 key_end,
                 kv_base,
                 row_vecs,
@@ -222,11 +220,34 @@ pub fn attention_mma<F: Float, N: Size>(
                 head_vecs,
                 units,
             );
-            if s == 0 {
-                barriers.index(1usize).commit_copy_async();
-            } else {
-                barriers.index(0usize).commit_copy_async();
-            }
+            barriers.index(ahead).commit_copy_async();
+        }
+    }
+
+    for step in 0..steps {
+        // The slot is chosen at run time, so the step's code exists once (unrolled per slot it
+        // outgrew the instruction cache); only the barriers branch on the slot.
+        let s = step % slots;
+        slot_wait(&barriers, s, slots);
+        // Every unit is past the previous step: its slot takes the step `slots − 1` ahead.
+        let ahead = step + comptime!(slots - 1);
+        if ahead < steps {
+            let refill = ahead % slots;
+            copy_keys::<F, N>(
+                k,
+                v,
+                &mut k_s,
+                &mut v_s,
+                refill * slot,
+                key_start + ahead * MMA_KEYS,
+                key_end,
+                kv_base,
+                row_vecs,
+                unit,
+                head_vecs,
+                units,
+            );
+            slot_commit(&barriers, refill, slots);
         }
         // A plane whose queries all lie past the last (the last block's) only takes part
         // in the copies and barriers.
@@ -420,6 +441,29 @@ pub fn attention_mma<F: Float, N: Size>(
                 part_ml[2 * (split * rows * q_heads + query)] = m[h];
                 part_ml[2 * (split * rows * q_heads + query) + 1] = l[h];
             }
+        }
+    }
+}
+
+/// Waits on slot `s`'s barrier (its keys and values arrived, every unit is past its previous
+/// step).
+#[cube]
+fn slot_wait(barriers: &Sequence<Shared<Barrier>>, s: usize, #[comptime] slots: usize) {
+    #[unroll]
+    for i in 0..slots {
+        if s == i {
+            barriers.index(i).arrive_and_wait();
+        }
+    }
+}
+
+/// Commits this unit's copies of a step to slot `s`'s barrier.
+#[cube]
+fn slot_commit(barriers: &Sequence<Shared<Barrier>>, s: usize, #[comptime] slots: usize) {
+    #[unroll]
+    for i in 0..slots {
+        if s == i {
+            barriers.index(i).commit_copy_async();
         }
     }
 }
