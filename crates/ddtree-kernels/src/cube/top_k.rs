@@ -4,14 +4,15 @@
 //! The kernel makes two launches and never sorts a row.
 //!
 //! 1. [`top_k_chunks()`] runs one cube of `CUBE_UNITS` units per (row, chunk of
-//!    `COLS_PER_UNIT · CUBE_UNITS` = 4096 columns). Each unit keeps its 16 columns in registers.
-//!    The cube computes the chunk's max and `Σ exp(x − max)`. It then finds the chunk's `k` best
-//!    columns with `k` rounds of a cube-wide argmax. In each round every plane publishes its best
-//!    `(value, column)` to shared memory, one `sync_cube`, then every unit reads all planes'
-//!    entries and gets the same winner. Only the unit that held the winner rescans its 16
-//!    registers, and only its plane redoes the plane reduction. A rescan keeps the columns that
-//!    rank strictly after the winner, so nothing is ever marked "taken". The shared-memory
-//!    entries alternate between two buffers, which is why one barrier per round is enough.
+//!    `COLS_PER_UNIT · CUBE_UNITS` = 4096 columns). Each unit keeps its 16 columns in registers,
+//!    sorted best first once (a bitonic network). The cube computes the chunk's max and
+//!    `Σ exp(x − max)`. It then finds the chunk's `k` best columns with `k` rounds of a
+//!    cube-wide argmax. In each round every plane publishes its best `(value, column)` to shared
+//!    memory, one `sync_cube`, then every unit reads all planes' entries and gets the same
+//!    winner. Only the unit that held the winner moves its list up by one (register moves, where
+//!    it had rescanned its 16 columns), and only its plane redoes the plane reduction. The
+//!    shared-memory entries alternate between two buffers, which is why one barrier per round is
+//!    enough.
 //! 2. [`top_k_merge()`] runs one cube per row. It merges the chunks' `(max, Σexp)` into the row's
 //!    `(M, S)`. Each chunk's candidates are already sorted, so it then picks the row's `k` best
 //!    by a k-way merge with the same rounds. Each unit holds the head of its chunk lists (one
@@ -87,6 +88,38 @@ fn plane_best(key: u32, id: u32) -> (u32, u32) {
     let top = plane_max(key);
     let first = plane_min(select(key == top, id, NONE));
     (top, first)
+}
+
+/// Sorts `n` (key, column) pairs best first ([`ranks_before`]) by a bitonic network whose
+/// indices are all known at compile time, so the pairs stay in registers.
+#[cube]
+fn sort_best_first(keys: &mut Array<u32>, ids: &mut Array<u32>, #[comptime] n: usize) {
+    // Bitonic merges of sorted runs of `size`, then `size / 2`, … pairs apart.
+    #[unroll]
+    for level in 0..comptime!(n.trailing_zeros() as usize) {
+        let size = comptime!(2usize << level);
+        #[unroll]
+        for pass in 0..comptime!(level + 1) {
+            let stride = comptime!(1usize << (level - pass));
+            #[unroll]
+            for i in 0..n {
+                let l = comptime!(i ^ stride);
+                if comptime!(l > i) {
+                    // Runs with `i & size == 0` end best first, the others worst first.
+                    let (ki, ii, kl, il) = (keys[i], ids[i], keys[l], ids[l]);
+                    let swap = if comptime!(i & size == 0) {
+                        ranks_before(kl, il, ki, ii)
+                    } else {
+                        ranks_before(ki, ii, kl, il)
+                    };
+                    keys[i] = select(swap, kl, ki);
+                    ids[i] = select(swap, il, ii);
+                    keys[l] = select(swap, ki, kl);
+                    ids[l] = select(swap, ii, il);
+                }
+            }
+        }
+    }
 }
 
 /// One round of the cube-wide argmax. Lane 0 of every plane publishes its plane's best
@@ -203,18 +236,20 @@ pub fn top_k_chunks<F: Float>(
         stats[at + 1] = chunk_stats.1;
     }
 
-    // k rounds of cube-wide argmax.
-    let mut best_key = 0u32.runtime();
-    let mut best_id = NONE.runtime();
+    // The unit's columns sorted best first, once: a unit whose best wins a round then moves
+    // its list up by one (register moves) instead of rescanning for the next best.
+    let mut ids = Array::<u32>::new(per_unit);
     #[unroll]
     for j in 0..per_unit {
         let col = first + j * threads;
-        let id = u32::cast_from(col);
-        if col < cols && ranks_before(keys[j], id, best_key, best_id) {
-            best_key = keys[j];
-            best_id = id;
-        }
+        ids[j] = select(col < cols, u32::cast_from(col), NONE);
+        keys[j] = select(col < cols, keys[j], 0u32);
     }
+    sort_best_first(&mut keys, &mut ids, per_unit);
+
+    // k rounds of cube-wide argmax.
+    let mut best_key = keys[0];
+    let mut best_id = ids[0];
     let plane_init = plane_best(best_key, best_id);
     let mut plane_key = plane_init.0;
     let mut plane_id = plane_init.1;
@@ -239,23 +274,15 @@ pub fn top_k_chunks<F: Float>(
         // Only the winner's plane changes: the condition is uniform within a plane.
         if win_id != NONE && plane_key == win_key && plane_id == win_id {
             if best_key == win_key && best_id == win_id {
-                let mut next_key = 0u32.runtime();
-                let mut next_id = NONE.runtime();
                 #[unroll]
-                for j in 0..per_unit {
-                    let col = first + j * threads;
-                    let id = u32::cast_from(col);
-                    let key = keys[j];
-                    if col < cols
-                        && ranks_before(win_key, win_id, key, id)
-                        && ranks_before(key, id, next_key, next_id)
-                    {
-                        next_key = key;
-                        next_id = id;
-                    }
+                for j in 0..comptime!(per_unit - 1) {
+                    keys[j] = keys[comptime!(j + 1)];
+                    ids[j] = ids[comptime!(j + 1)];
                 }
-                best_key = next_key;
-                best_id = next_id;
+                keys[comptime!(per_unit - 1)] = 0u32;
+                ids[comptime!(per_unit - 1)] = NONE;
+                best_key = keys[0];
+                best_id = ids[0];
             }
             let plane_next = plane_best(best_key, best_id);
             plane_key = plane_next.0;
