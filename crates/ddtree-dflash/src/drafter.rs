@@ -3,7 +3,7 @@
 
 use burn_tensor::{Int, Tensor, TensorData};
 use ddtree_engine::{DraftOutput, Drafter, ModelError};
-use ddtree_kernels::{KernelOps, host_f32, host_ids};
+use ddtree_kernels::KernelOps;
 
 use crate::DFlash;
 use crate::error::Error;
@@ -52,8 +52,7 @@ impl<B: KernelOps> Drafter<Option<Tensor<B, 2>>> for DFlash<B> {
         let (log_probs, ids) = B::top_k_log_softmax(logits, k);
         out.depths = depths;
         out.k = k;
-        out.log_probs = host_f32(log_probs);
-        out.tokens = host_ids(ids);
+        (out.log_probs, out.tokens) = B::host_values_and_ids(log_probs, ids);
         Ok(())
     }
 }

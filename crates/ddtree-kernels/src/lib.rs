@@ -32,14 +32,23 @@ pub mod nn;
 pub mod reference;
 
 use burn_tensor::backend::Backend;
-use burn_tensor::{Int, Tensor};
+use burn_tensor::{Int, Tensor, TensorData};
 
 pub use mask::{AncestorBits, AttentionContext, Visibility};
 
 /// Reads an integer tensor (token ids) back to the host.
 pub fn host_ids<B: Backend, const D: usize>(ids: Tensor<B, D, Int>) -> Vec<u32> {
-    ids.into_data()
-        .convert::<i64>()
+    ids_of(ids.into_data())
+}
+
+/// Reads a float tensor back to the host as f32.
+pub fn host_f32<B: Backend, const D: usize>(values: Tensor<B, D>) -> Vec<f32> {
+    f32_of(values.into_data())
+}
+
+/// Token ids from the data of an integer tensor.
+fn ids_of(data: TensorData) -> Vec<u32> {
+    data.convert::<i64>()
         .to_vec::<i64>()
         .expect("converted to i64 just above")
         .into_iter()
@@ -47,11 +56,9 @@ pub fn host_ids<B: Backend, const D: usize>(ids: Tensor<B, D, Int>) -> Vec<u32> 
         .collect()
 }
 
-/// Reads a float tensor back to the host as f32.
-pub fn host_f32<B: Backend, const D: usize>(values: Tensor<B, D>) -> Vec<f32> {
-    values
-        .into_data()
-        .convert::<f32>()
+/// f32 values from the data of a float tensor.
+fn f32_of(data: TensorData) -> Vec<f32> {
+    data.convert::<f32>()
         .to_vec::<f32>()
         .expect("converted to f32 just above")
 }
@@ -173,6 +180,13 @@ pub trait KernelOps: Backend {
     /// then [`KernelOps::silu_mul`] on the two halves.
     fn gate_up_silu(x: Tensor<Self, 2>, gate_up: Tensor<Self, 2>) -> Tensor<Self, 2> {
         gate_up_silu_unfused(x, gate_up)
+    }
+
+    /// Reads `values` and `ids` back to the host ([`host_f32`], [`host_ids`]) — in one round
+    /// trip where the backend can (the drafter's top-K: one wait for the device per draft, not
+    /// two).
+    fn host_values_and_ids(values: Tensor<Self, 2>, ids: Tensor<Self, 2, Int>) -> (Vec<f32>, Vec<u32>) {
+        (host_f32(values), host_ids(ids))
     }
 
     /// NeoX rotary embedding over the first `2·cos.dims()[1]` dims ([`reference::rope`]).

@@ -23,11 +23,12 @@ pub mod top_k;
 
 use burn_cubecl::CubeElement;
 use burn_cubecl::element::{BoolElement, FloatElement, IntElement};
-use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::kernel::{into_contiguous, into_contiguous_aligned};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{CubeBackend, CubeRuntime};
-use burn_tensor::{DType, Int, Shape, Tensor, TensorPrimitive};
+use burn_tensor::{DType, Int, Shape, Tensor, TensorData, TensorPrimitive};
 use cubecl::prelude::*;
+use cubecl::server::CopyDescriptor;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::nn::{HeadShape, QkvRows};
@@ -296,6 +297,29 @@ where
         }
         let (values, ids) = top_k::top_k_log_softmax::<R, F, I>(cube(logits), k);
         (float(values), Tensor::from_primitive(ids))
+    }
+
+    fn host_values_and_ids(values: Tensor<Self, 2>, ids: Tensor<Self, 2, Int>) -> (Vec<f32>, Vec<u32>) {
+        let values = into_contiguous_aligned(cube(values));
+        let ids = into_contiguous_aligned(ids.into_primitive());
+        let copy = |t: &CubeTensor<R>| {
+            CopyDescriptor::new(
+                t.handle.clone().binding(),
+                t.meta.shape().clone(),
+                t.meta.strides().clone(),
+                t.elem_size(),
+            )
+        };
+        // One read of both buffers: the runtime waits for the device once.
+        let mut bytes =
+            cubecl::future::block_on(values.client.read_tensor_async(vec![copy(&values), copy(&ids)]))
+                .unwrap_or_else(|err| panic!("reading the values and ids back: {err}"))
+                .into_iter();
+        let mut data = |t: &CubeTensor<R>| {
+            let bytes = bytes.next().expect("one buffer per tensor read");
+            TensorData::from_bytes(bytes, t.meta.shape().clone(), t.dtype)
+        };
+        (crate::f32_of(data(&values)), crate::ids_of(data(&ids)))
     }
 
     fn argmax(logits: Tensor<Self, 2>) -> Tensor<Self, 1, Int> {

@@ -211,6 +211,21 @@ fn linear_add_rms_norm_matches_reference() {
     }
 }
 
+/// A float and an int tensor read back in one round trip: the values and ids of separate reads,
+/// for the top-K's outputs and for transposed (strided) views of them.
+#[test]
+fn host_values_and_ids_reads_both() {
+    let device = gpu();
+    let (rows, cols, k) = (3, 1000, 16);
+    let logits = tensor::<Gpu, 2>(&values(70, rows * cols, 4.0), [rows, cols], &device);
+    let (v, ids) = Gpu::top_k_log_softmax(logits, k);
+    for (v, ids) in [(v.clone(), ids.clone()), (v.transpose(), ids.transpose())] {
+        let (got_v, got_ids) = Gpu::host_values_and_ids(v.clone(), ids.clone());
+        assert_eq!(got_v, host_f32(v), "{NAME}: values");
+        assert_eq!(got_ids, host_ids(ids), "{NAME}: ids");
+    }
+}
+
 #[test]
 fn silu_mul_matches_reference() {
     let device = gpu();
