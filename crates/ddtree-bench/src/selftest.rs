@@ -37,6 +37,17 @@ pub struct Args {
     /// cut into 1–33 slices (CUDA), each checked against the reference.
     #[arg(long)]
     sweep_attention: bool,
+    /// Run only this group of checks.
+    #[arg(long, value_enum)]
+    only: Option<Group>,
+}
+
+/// A group of self-test checks that `--only` runs alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Group {
+    /// What a commit runs: the KV-cache compaction, the delta rule's replay along the accepted
+    /// path and the conv rows kept.
+    Commit,
 }
 
 /// Uploads host values to the device and reads back what it holds (rounded to its float type).
@@ -96,6 +107,21 @@ impl Checks {
         );
     }
 
+    /// Records a check that must hold bit for bit.
+    fn exact(&mut self, name: &str, exact: bool) {
+        self.failures += usize::from(!exact);
+        println!("{}", json!({ "check": name, "exact": exact, "ok": exact }));
+    }
+
+    /// The self-test's result: an error naming how many checks failed.
+    fn verdict(&self) -> Result<(), Error> {
+        if self.failures > 0 {
+            return Err(format!("{} kernel check(s) failed", self.failures).into());
+        }
+        println!("all kernel checks passed");
+        Ok(())
+    }
+
     fn compare(&mut self, name: &str, got: &[f32], want: &[f32]) {
         let err = if got.len() == want.len() {
             rel_err(got, want)
@@ -130,6 +156,10 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         );
     }
 
+    if args.only == Some(Group::Commit) {
+        commit_checks::<B>(device, &mut checks);
+        return checks.verdict();
+    }
     for (rows, k, n) in [
         (1, 4096, 4096),
         (1, 4096, 1000),
@@ -574,14 +604,90 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         }
     }
     gdn_checks::<B>(device, &mut checks);
+    commit_checks::<B>(device, &mut checks);
     if !args.no_bandwidth {
         bandwidth::<B>(device, "linear", &[1, 65], <B as KernelOps>::linear)?;
     }
-    if checks.failures > 0 {
-        return Err(format!("{} kernel check(s) failed", checks.failures).into());
+    checks.verdict()
+}
+
+/// What a commit runs, at real shapes: the KV caches' compaction (Qwen3-8B's 8 × 128 and
+/// Qwen3.6-27B's 4 × 256 heads, a scattered path after 2048 rows), and at Qwen3.6-27B's Gated
+/// DeltaNet heads the delta rule's replay along the path to a 65-row tree's last row (rows read
+/// in place, f32 state) and the conv rows kept. Moves are exact; the replay within tolerance.
+fn commit_checks<B: KernelOps>(device: &B::Device, checks: &mut Checks) {
+    let keep = [0, 3, 9, 10, 17, 30, 31, 40];
+    for (kv_heads, head_dim) in [(8, 128), (4, 256)] {
+        let (capacity, at) = (2200, 2048);
+        let (cache, cache_ref) = on_device::<B, 3>(
+            random(60, kv_heads * capacity * head_dim, 1.0),
+            [kv_heads, capacity, head_dim],
+            device,
+        );
+        let exact = host_f32(B::compact_cache_rows(cache, at, &keep))
+            == host_f32(Cpu::compact_cache_rows(cache_ref, at, &keep));
+        checks.exact(
+            &format!("compact_cache_rows {kv_heads}×{head_dim}, {keep:?} at {at}"),
+            exact,
+        );
     }
-    println!("all kernel checks passed");
-    Ok(())
+    let heads = GdnHeads {
+        key_heads: 16,
+        value_heads: 48,
+        key_dim: 128,
+        value_dim: 128,
+    };
+    let (n, kh, vh, dk, dv) = (
+        65,
+        heads.key_heads,
+        heads.value_heads,
+        heads.key_dim,
+        heads.value_dim,
+    );
+    // The root-first path to the last row of a random tree (each row's parent an earlier row).
+    let mut rng = StdRng::seed_from_u64(61);
+    let parents: Vec<usize> = (0..n)
+        .map(|r| if r == 0 { 0 } else { rng.random_range(0..r) })
+        .collect();
+    let mut path = vec![n - 1];
+    while path[path.len() - 1] != 0 {
+        path.push(parents[path[path.len() - 1]]);
+    }
+    path.reverse();
+    // L2-normalised q and k rows, as the conv stage gives them.
+    let unit = |seed: u64| {
+        let mut x = random(seed, n * kh * dk, 1.0);
+        for row in x.chunks_mut(dk) {
+            let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
+            row.iter_mut().for_each(|v| *v /= norm);
+        }
+        x
+    };
+    let (q, q_ref) = on_device::<B, 3>(unit(62), [n, kh, dk], device);
+    let (k, k_ref) = on_device::<B, 3>(unit(63), [n, kh, dk], device);
+    let (v, v_ref) = on_device::<B, 3>(random(64, n * vh * dv, 1.0), [n, vh, dv], device);
+    let g: Vec<f32> = random(65, n * vh, 0.5).iter().map(|x| x - 0.5).collect();
+    let beta: Vec<f32> = random(66, n * vh, 0.5).iter().map(|x| x + 0.5).collect();
+    let (g, g_ref) = on_device::<B, 2>(g, [n, vh], device);
+    let (beta, beta_ref) = on_device::<B, 2>(beta, [n, vh], device);
+    let (state, state_ref) = on_device::<B, 3>(random(67, vh * dk * dv, 1.0), [vh, dk, dv], device);
+    let got = B::gated_delta_rule_along(q, k, v, g, beta, state.cast(FloatDType::F32), &path);
+    let want = Cpu::gated_delta_rule_along(q_ref, k_ref, v_ref, g_ref, beta_ref, state_ref, &path);
+    checks.compare(
+        &format!(
+            "gated_delta_rule_along a {}-row path of a 65-row tree, 16/48×128: state",
+            path.len()
+        ),
+        &host_f32(got),
+        &host_f32(want),
+    );
+    let c = heads.channels();
+    let p = 2 * c - heads.key_width() + 2 * vh;
+    let (history, history_ref) = on_device::<B, 2>(random(68, 3 * c, 2.0), [3, c], device);
+    let (block, block_ref) = on_device::<B, 2>(random(69, n * p, 2.0), [n, p], device);
+    let exact = host_f32(B::gdn_conv_commit(history, block, &path))
+        == host_f32(Cpu::gdn_conv_commit(history_ref, block_ref, &path));
+    checks.exact("gdn_conv_commit of the path, 16/48 heads × 128", exact);
 }
 
 /// The Gated DeltaNet's conv stage, gates and gated norm, and the gated attention's output gate,

@@ -245,6 +245,16 @@ pub trait KernelOps: Backend {
         reference::gdn_conv_qkv(history, block, windows, weight, heads)
     }
 
+    /// The committed conv rows after a commit keeps the `accepted` rows of a block: the last
+    /// `K − 1` of `[history; accepted rows]` ([`reference::gdn_conv_commit`]).
+    fn gdn_conv_commit(
+        history: Tensor<Self, 2>,
+        block: Tensor<Self, 2>,
+        accepted: &[usize],
+    ) -> Tensor<Self, 2> {
+        reference::gdn_conv_commit(history, block, accepted)
+    }
+
     /// The gated delta rule over parent-linked rows (a sequence or a tree), returning every row's
     /// output and the state after the last row; the input state is left untouched
     /// ([`reference::gated_delta_rule`]).
@@ -258,6 +268,21 @@ pub trait KernelOps: Backend {
         parents: &[i32],
     ) -> (Tensor<Self, 3>, Tensor<Self, 3>) {
         reference::gated_delta_rule(q, k, v, g, beta, state, parents)
+    }
+
+    /// The state after the gated delta rule runs along `rows` of a block as a chain — the first
+    /// row continues `state`, each later one the row before it — as a commit replays the
+    /// accepted path of a verified tree ([`reference::gated_delta_rule_along`]).
+    fn gated_delta_rule_along(
+        q: Tensor<Self, 3>,
+        k: Tensor<Self, 3>,
+        v: Tensor<Self, 3>,
+        g: Tensor<Self, 2>,
+        beta: Tensor<Self, 2>,
+        state: Tensor<Self, 3>,
+        rows: &[usize],
+    ) -> Tensor<Self, 3> {
+        reference::gated_delta_rule_along(q, k, v, g, beta, state, rows)
     }
 
     /// `rms_norm(x, weight) ⊙ silu(z)` over each `weight`-wide group of a row

@@ -229,6 +229,31 @@ pub fn gdn_conv_qkv<B: Backend>(
     }
 }
 
+/// The committed conv rows after a commit keeps the `accepted` rows of a block: the last
+/// `K − 1` rows of `[history; the accepted rows of block's first C columns]` (`history: [K − 1,
+/// C]`, `block: [n, ≥ C]`, as in [`gdn_conv_qkv`]).
+pub fn gdn_conv_commit<B: Backend>(
+    history: Tensor<B, 2>,
+    block: Tensor<B, 2>,
+    accepted: &[usize],
+) -> Tensor<B, 2> {
+    let [kept, c] = history.dims();
+    let sources = gdn_conv_commit_rows(kept, accepted);
+    let n = block.dims()[0];
+    let rows = Tensor::cat(vec![history, block.slice([0..n, 0..c])], 0);
+    let index = Tensor::<B, 1, Int>::from_data(
+        TensorData::new(sources.iter().map(|&r| r as i64).collect(), [kept]).convert::<B::IntElem>(),
+        &rows.device(),
+    );
+    rows.select(0, index)
+}
+
+/// The rows of `[history (kept rows); block]` that [`gdn_conv_commit`] keeps, oldest first.
+pub(crate) fn gdn_conv_commit_rows(kept: usize, accepted: &[usize]) -> Vec<usize> {
+    let all: Vec<usize> = (0..kept).chain(accepted.iter().map(|&a| kept + a)).collect();
+    all[all.len() - kept..].to_vec()
+}
+
 /// Each row's children and the roots of `parents` (`-1`: a root, else an earlier row), both in
 /// decreasing row order — popped from a stack, they come out in increasing order.
 pub(crate) fn tree_links(parents: &[i32]) -> (Vec<Vec<usize>>, Vec<usize>) {
@@ -244,6 +269,31 @@ pub(crate) fn tree_links(parents: &[i32]) -> (Vec<Vec<usize>>, Vec<usize>) {
         }
     }
     (children, roots)
+}
+
+/// The state after [`gated_delta_rule`] runs along `rows` of a block as a chain: the first row
+/// continues `state`, each later one the row before it in `rows` (a commit's replay of the
+/// accepted path of a verified tree). The rows are gathered, then run as a sequence.
+pub fn gated_delta_rule_along<B: Backend>(
+    q: Tensor<B, 3>,
+    k: Tensor<B, 3>,
+    v: Tensor<B, 3>,
+    g: Tensor<B, 2>,
+    beta: Tensor<B, 2>,
+    state: Tensor<B, 3>,
+    rows: &[usize],
+) -> Tensor<B, 3> {
+    if rows.is_empty() {
+        return state;
+    }
+    let index = Tensor::<B, 1, Int>::from_data(
+        TensorData::new(rows.iter().map(|&r| r as i64).collect(), [rows.len()]).convert::<B::IntElem>(),
+        &state.device(),
+    );
+    let chain: Vec<i32> = (-1..rows.len() as i32 - 1).collect();
+    let pick2 = |t: Tensor<B, 2>| t.select(0, index.clone());
+    let pick3 = |t: Tensor<B, 3>| t.select(0, index.clone());
+    gated_delta_rule(pick3(q), pick3(k), pick3(v), pick2(g), pick2(beta), state, &chain).1
 }
 
 /// The gated delta rule over rows linked by `parents` (`-1`: the row continues `state`, else

@@ -184,25 +184,10 @@ impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
         let Some(p) = self.pending.take() else {
             return;
         };
-        let device = self.state.device();
-        let path = index(accepted.iter().copied(), &device);
-        let chain: Vec<i32> = (-1..accepted.len() as i32 - 1).collect();
-        let (_, state) = B::gated_delta_rule(
-            p.q.select(0, path.clone()),
-            p.k.select(0, path.clone()),
-            p.v.select(0, path.clone()),
-            p.g.select(0, path.clone()),
-            p.beta.select(0, path),
-            self.state.clone(),
-            &chain,
-        );
-        self.state = state;
-        let history = self.shape.kernel - 1;
-        let tail = (0..history).chain(accepted.iter().map(|&a| history + a));
-        let tail: Vec<usize> = tail.skip(accepted.len()).collect();
-        let (n, c) = (p.block.dims()[0], self.shape.heads.channels());
-        let rows = Tensor::cat(vec![self.conv_rows.clone(), p.block.slice([0..n, 0..c])], 0);
-        self.conv_rows = rows.select(0, index(tail.into_iter(), &device));
+        // The accepted rows are read where the verify left them: one launch each for the
+        // state's replay and the conv rows on the GPU backends.
+        self.state = B::gated_delta_rule_along(p.q, p.k, p.v, p.g, p.beta, self.state.clone(), accepted);
+        self.conv_rows = B::gdn_conv_commit(self.conv_rows.clone(), p.block, accepted);
     }
 
     fn reset(&mut self) {

@@ -1,5 +1,5 @@
-//! Writing new key/value rows into a preallocated KV cache, in place.
-//! Reference: [`crate::reference::write_cache_rows`].
+//! Writing new key/value rows into a preallocated KV cache, and compacting kept rows, in place.
+//! References: [`crate::reference::write_cache_rows`], [`crate::reference::compact_cache_rows`].
 
 use cubecl::prelude::*;
 
@@ -23,5 +23,47 @@ pub fn write_rows<F: Float>(
         let h = (i / head_dim) % kv_heads;
         let r = i / (head_dim * kv_heads);
         cache[h * head_stride + (at + r) * row_stride + d] = rows[i];
+    }
+}
+
+/// Rows a unit of [`compact_rows()`] moves per load-then-store round.
+pub const COMPACT_CHUNK: usize = 8;
+
+/// `cache[h, at + i, d] = cache[h, at + keep[i], d]` for `i < n`, in place, with `keep`
+/// increasing (so `keep[i] ≥ i`). Reference: [`crate::reference::compact_cache_rows`].
+///
+/// One unit per (head, column) walks the rows in order, a chunk of [`COMPACT_CHUNK`] at a time:
+/// every load of a chunk before its stores. That order is safe in place: a chunk's sources are
+/// at or after its first target, so no earlier chunk wrote them, and no later chunk reads a row
+/// this one writes (its sources lie past this chunk's targets).
+#[cube(launch_unchecked)]
+pub fn compact_rows<F: Float>(
+    cache: &mut Array<F>,
+    keep: &Array<u32>,
+    n: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    head_stride: usize,
+    row_stride: usize,
+    at: usize,
+) {
+    let unit = ABSOLUTE_POS;
+    if unit < kv_heads * head_dim {
+        let column = (unit / head_dim) * head_stride + unit % head_dim;
+        let mut values = Array::<F>::new(COMPACT_CHUNK);
+        let mut first = 0;
+        while first < n {
+            let mut count = n - first;
+            if count > COMPACT_CHUNK {
+                count = COMPACT_CHUNK;
+            }
+            for i in 0..count {
+                values[i] = cache[column + (at + keep[first + i] as usize) * row_stride];
+            }
+            for i in 0..count {
+                cache[column + (at + first + i) * row_stride] = values[i];
+            }
+            first += COMPACT_CHUNK;
+        }
     }
 }

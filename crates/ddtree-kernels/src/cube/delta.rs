@@ -26,7 +26,9 @@ pub const NO_SLOT: u32 = u32::MAX;
 ///
 /// `q, k: [n, key_heads, dk]` (value head `h` reads key head `h / (heads / key_heads)`),
 /// `v, out: [n, heads, dv]`, `g, beta: [n, heads]`, `state, last: [heads, dk, dv]`, all dense;
-/// `last` receives the state after row `n − 1`. The state has its own type `S`: f32 keeps the
+/// the walk visits `steps` rows (all `n`, or a path of them: a commit's replay reads the
+/// accepted rows in place) and `last` receives the state after row `last_row`. The state has
+/// its own type `S`: f32 keeps the
 /// recurrence exact across launches (an AR step's state then matches a verify's bit for bit).
 /// Launch one unit per `(h, j)`.
 #[cube(launch_unchecked)]
@@ -43,7 +45,8 @@ pub fn gated_delta_rule<F: Float, S: Float>(
     save: &Array<u32>,
     out: &mut Array<F>,
     last: &mut Array<S>,
-    n: usize,
+    steps: usize,
+    last_row: usize,
     heads: usize,
     key_heads: usize,
     dv: usize,
@@ -57,7 +60,7 @@ pub fn gated_delta_rule<F: Float, S: Float>(
         let kh = h / (heads / key_heads);
         let mut saved = Array::<f32>::new(comptime!(slots.max(1) * dk));
         let mut column = Array::<f32>::new(dk);
-        for i in 0..n {
+        for i in 0..steps {
             let row = order[i] as usize;
             let from = load[i];
             let decay = f32::exp(f32::cast_from(g[row * heads + h]));
@@ -87,7 +90,7 @@ pub fn gated_delta_rule<F: Float, S: Float>(
                 if to != NO_SLOT {
                     saved[to as usize * dk + e] = s;
                 }
-                if row + 1 == n {
+                if row == last_row {
                     last[(h * dk + e) * dv + j] = S::cast_from(s);
                 }
             }
@@ -149,6 +152,19 @@ pub fn depth_first(parents: &[i32]) -> Walk {
     walk
 }
 
+/// The walk along `rows` as a chain: the first row continues the input state, each later one
+/// the row before it in `rows` (a commit's replay of an accepted path, read in place).
+pub fn along(rows: &[usize]) -> Walk {
+    Walk {
+        order: rows.iter().map(|&r| r as u32).collect(),
+        load: (0..rows.len())
+            .map(|i| if i == 0 { FROM_STATE } else { FROM_PREVIOUS })
+            .collect(),
+        save: vec![NO_SLOT; rows.len()],
+        slots: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,5 +185,18 @@ mod tests {
         assert_eq!(chain.order, [0, 1, 2, 3]);
         assert_eq!(chain.load, [s, p, p, p]);
         assert_eq!((chain.save, chain.slots), (vec![none; 4], 0));
+    }
+
+    /// A path walks its rows as the chain a sequence of them would: the depth-first walk of a
+    /// chain, with the rows renamed.
+    #[test]
+    fn a_path_walks_as_a_chain() {
+        let path = along(&[0, 2, 5]);
+        let chain = depth_first(&[-1, 0, 1]);
+        assert_eq!(path.order, [0, 2, 5]);
+        assert_eq!(
+            (&path.load, &path.save, path.slots),
+            (&chain.load, &chain.save, chain.slots)
+        );
     }
 }

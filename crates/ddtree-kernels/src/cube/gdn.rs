@@ -1,6 +1,7 @@
 //! The Gated DeltaNet's steps around its recurrence, one launch each: the conv stage (causal
-//! conv + SiLU over gathered windows, per-head L2 norm of q and k), the decay and β gates, and
-//! the gated RMSNorm. References: [`crate::reference::gdn_conv_qkv`],
+//! conv + SiLU over gathered windows, per-head L2 norm of q and k), the decay and β gates, the
+//! gated RMSNorm and the conv rows a commit keeps. References:
+//! [`crate::reference::gdn_conv_qkv`], [`crate::reference::gdn_conv_commit`],
 //! [`crate::reference::gdn_gates`], [`crate::reference::gated_rms_norm`] — each a dozen or more
 //! burn ops (launches) per layer, where a Qwen3.6-27B step has 48 such layers.
 
@@ -169,5 +170,31 @@ pub fn gated_rms_norm_rows<F: Float>(
         let silu = gate / (1.0 + f32::exp(0.0 - gate));
         y[base + j] = F::cast_from(v / rms * f32::cast_from(weight[j]) * silu);
         j += CUBE_DIM as usize;
+    }
+}
+
+/// `next[i, c]` = row `rows[i]` of `[history; block]` (as in [`conv_qkv()`]: `history: [K − 1,
+/// C]` dense, then the first `C` columns of the block's rows at stride `block_stride`): the
+/// committed conv rows after a commit. Reference: [`crate::reference::gdn_conv_commit`]. One
+/// unit per element of `next: [K − 1, C]`.
+#[cube(launch_unchecked)]
+pub fn conv_commit<F: Float>(
+    history: &Array<F>,
+    block: &Array<F>,
+    rows: &Array<u32>,
+    next: &mut Array<F>,
+    kept: usize,
+    channels: usize,
+    block_stride: usize,
+) {
+    let i = ABSOLUTE_POS;
+    if i < kept * channels {
+        let c = i % channels;
+        let row = rows[i / channels] as usize;
+        if row < kept {
+            next[i] = history[row * channels + c];
+        } else {
+            next[i] = block[(row - kept) * block_stride + c];
+        }
     }
 }

@@ -20,6 +20,7 @@ pub mod norm;
 mod reduce;
 pub mod rope;
 pub mod top_k;
+pub mod upload;
 
 use burn_cubecl::CubeElement;
 use burn_cubecl::element::{BoolElement, FloatElement, IntElement};
@@ -280,6 +281,39 @@ where
         float(cache)
     }
 
+    fn compact_cache_rows(cache: Tensor<Self, 3>, at: usize, keep: &[usize]) -> Tensor<Self, 3> {
+        let [kv_heads, capacity, head_dim] = cache.dims();
+        let cache = cache.into_primitive().tensor();
+        // In place when the cache is ours alone (the decode loop's case); otherwise copy.
+        if !cache.can_mut() || cache.meta.strides()[2] != 1 || keep.is_empty() {
+            return crate::reference::compact_cache_rows(float(cache), at, keep);
+        }
+        assert!(
+            keep.windows(2).all(|w| w[0] < w[1]) && at + keep[keep.len() - 1] < capacity,
+            "compact_cache_rows: keep must increase and stay inside the cache"
+        );
+        let keep: Vec<u32> = keep.iter().map(|&k| k as u32).collect();
+        let (head_stride, row_stride) = (cache.meta.strides()[0], cache.meta.strides()[1]);
+        let (count, dim) = elementwise_grid(kv_heads * head_dim);
+        // SAFETY: rows `at + keep[i]` lie inside the cache (checked above) and `keep` increases.
+        unsafe {
+            cache::compact_rows::launch_unchecked::<F, R>(
+                &cache.client,
+                count,
+                dim,
+                view_array(&cache),
+                upload::upload_words(&cache.client, &cache.device, &keep),
+                keep.len(),
+                kv_heads,
+                head_dim,
+                head_stride,
+                row_stride,
+                at,
+            );
+        }
+        float(cache)
+    }
+
     fn cached_attention(
         q: Tensor<Self, 3>,
         k_cache: Tensor<Self, 3>,
@@ -370,11 +404,86 @@ where
         let inputs = [cube(q), cube(k), cube(v), cube(g), cube(beta)];
         let state = cube(state);
         let (out, last) = if state_type == DType::F32 {
-            delta_rule::<R, F, f32>(inputs, state, &walk)
+            delta_rule::<R, F, f32>(inputs, state, &walk, n - 1)
         } else {
-            delta_rule::<R, F, F>(inputs, state, &walk)
+            delta_rule::<R, F, F>(inputs, state, &walk, n - 1)
         };
         (float(out), float(last))
+    }
+
+    fn gated_delta_rule_along(
+        q: Tensor<Self, 3>,
+        k: Tensor<Self, 3>,
+        v: Tensor<Self, 3>,
+        g: Tensor<Self, 2>,
+        beta: Tensor<Self, 2>,
+        state: Tensor<Self, 3>,
+        rows: &[usize],
+    ) -> Tensor<Self, 3> {
+        let [n, key_heads, _] = q.dims();
+        let heads = v.dims()[1];
+        let state_type = state.dtype();
+        let Some(&last_row) = rows.last() else {
+            return state;
+        };
+        assert!(
+            rows.iter().all(|&r| r < n),
+            "gated_delta_rule_along: rows must lie in the block of {n}"
+        );
+        if !heads.is_multiple_of(key_heads) || (state_type != DType::F32 && state_type != F::dtype()) {
+            return crate::reference::gated_delta_rule_along(q, k, v, g, beta, state, rows);
+        }
+        // The rows are read where they are: no gather of the five inputs.
+        let walk = delta::along(rows);
+        let inputs = [cube(q), cube(k), cube(v), cube(g), cube(beta)];
+        let state = cube(state);
+        let (_, last) = if state_type == DType::F32 {
+            delta_rule::<R, F, f32>(inputs, state, &walk, last_row)
+        } else {
+            delta_rule::<R, F, F>(inputs, state, &walk, last_row)
+        };
+        float(last)
+    }
+
+    fn gdn_conv_commit(
+        history: Tensor<Self, 2>,
+        block: Tensor<Self, 2>,
+        accepted: &[usize],
+    ) -> Tensor<Self, 2> {
+        let [kept, channels] = history.dims();
+        let n = block.dims()[0];
+        assert!(
+            accepted.iter().all(|&a| a < n) && block.dims()[1] >= channels,
+            "gdn_conv_commit: accepted rows must lie in the block of {n}, which holds the {channels} channels"
+        );
+        if kept == 0 {
+            return history;
+        }
+        let rows: Vec<u32> = crate::reference::gdn_conv_commit_rows(kept, accepted)
+            .into_iter()
+            .map(|r| r as u32)
+            .collect();
+        // The block's rows (the input projection) are read in place.
+        let (history, block) = (cube(history), row_view(block));
+        let next = contiguous::<R, F, _>(&history, [kept, channels]);
+        let (count, dim) = elementwise_grid(kept * channels);
+        // SAFETY: `history` dense `[K − 1, C]`, `block` `n` rows of its stride holding at least `C`
+        // columns, every row index below `K − 1 + n`, `next` dense.
+        unsafe {
+            gdn::conv_commit::launch_unchecked::<F, R>(
+                &history.client,
+                count,
+                dim,
+                array(&history),
+                view_array(&block),
+                upload::upload_words(&history.client, &history.device, &rows),
+                array(&next),
+                kept,
+                channels,
+                block.meta.strides()[0],
+            );
+        }
+        float(next)
     }
 
     fn gdn_conv_qkv(
@@ -422,7 +531,7 @@ where
                 CubeDim::new_2d(plane as u32, planes as u32),
                 array(&history),
                 view_array(&block),
-                upload_words(&client, &windows),
+                upload::upload_words(&client, &block.device, &windows),
                 array(&weight),
                 array(&q),
                 array(&k),
@@ -522,11 +631,12 @@ where
 }
 
 /// [`delta::gated_delta_rule()`] over `[q, k, v, g, beta]` from `state` (of type `S`) along
-/// `walk`: every row's output and the last row's state.
+/// `walk`: the outputs of the rows it visits and the state after `last_row`.
 fn delta_rule<R: CubeRuntime, F: FloatElement, S: FloatElement>(
     [q, k, v, g, beta]: [CubeTensor<R>; 5],
     state: CubeTensor<R>,
     walk: &delta::Walk,
+    last_row: usize,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     let [n, key_heads, dk] = q.meta.shape().dims::<3>();
     let [_, heads, dv] = v.meta.shape().dims::<3>();
@@ -547,12 +657,13 @@ fn delta_rule<R: CubeRuntime, F: FloatElement, S: FloatElement>(
             array(&g),
             array(&beta),
             array(&state),
-            upload_words(&client, &walk.order),
-            upload_words(&client, &walk.load),
-            upload_words(&client, &walk.save),
+            upload::upload_words(&client, &q.device, &walk.order),
+            upload::upload_words(&client, &q.device, &walk.load),
+            upload::upload_words(&client, &q.device, &walk.save),
             array(&out),
             array(&last),
-            n,
+            walk.order.len(),
+            last_row,
             heads,
             key_heads,
             dv,
@@ -754,7 +865,7 @@ where
                 .collect();
             (
                 attention::TREE,
-                upload_words(&client, &words32),
+                upload::upload_words(&client, &q.device, &words32),
                 2 * bits.words_per_row(),
             )
         }
@@ -1503,13 +1614,6 @@ fn contiguous<R: CubeRuntime, E: CubeElement, const D: usize>(
 fn array<R: CubeRuntime>(t: &CubeTensor<R>) -> ArrayArg<R> {
     // SAFETY: callers pass contiguous tensors, whose buffer holds exactly `num_elements`.
     unsafe { ArrayArg::from_raw_parts(t.handle.clone(), t.meta.num_elements()) }
-}
-
-/// `words` uploaded to the device as an array argument.
-fn upload_words<R: CubeRuntime>(client: &ComputeClient<R>, words: &[u32]) -> ArrayArg<R> {
-    let handle = client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(words));
-    // SAFETY: the handle holds `words.len()` u32 values.
-    unsafe { ArrayArg::from_raw_parts(handle, words.len()) }
 }
 
 /// A contiguous tensor of 2-byte floats as an array of 32-bit words (pairs of values).

@@ -447,6 +447,36 @@ fn write_cache_rows_matches_reference() {
     assert_eq!(host_f32(shared), cache, "the other owner's cache changed");
 }
 
+/// Kept rows move down to `at + i` in every head, in place: a shift by one row (every target is
+/// the next row's source), gaps that span the kernel's chunks of rows, one row, the identity;
+/// also when the cache is shared (the other owner's copy stays as it was).
+#[test]
+fn compact_cache_rows_matches_reference() {
+    let device = gpu();
+    let (kv_heads, capacity, head_dim, at) = (3, 48, 16, 5);
+    let cache = exact(43, kv_heads * capacity * head_dim);
+    let cpu = Default::default();
+    let shift: Vec<usize> = (1..21).collect();
+    let gaps: Vec<usize> = (0..19).map(|i| i * 2 - i / 3).collect();
+    for keep in [shift, gaps, vec![3], (0..6).collect()] {
+        let want = host_f32(Cpu::compact_cache_rows(
+            tensor(&cache, [kv_heads, capacity, head_dim], &cpu),
+            at,
+            &keep,
+        ));
+        let got = host_f32(Gpu::compact_cache_rows(
+            tensor(&cache, [kv_heads, capacity, head_dim], &device),
+            at,
+            &keep,
+        ));
+        assert_eq!(got, want, "{NAME} keep {keep:?}: in place");
+        let shared = tensor::<Gpu, 3>(&cache, [kv_heads, capacity, head_dim], &device);
+        let got = host_f32(Gpu::compact_cache_rows(shared.clone(), at, &keep));
+        assert_eq!(got, want, "{NAME} keep {keep:?}: shared cache");
+        assert_eq!(host_f32(shared), cache, "{NAME} keep {keep:?}: the other owner's cache changed");
+    }
+}
+
 /// One attention step's inputs for `qk_norm_rope_write`, as host values.
 struct QkvCase {
     n: usize,
@@ -706,6 +736,67 @@ fn gated_delta_rule_reads_column_views() {
     }
 }
 
+/// A commit's replay: the state after the gated delta rule along a root-first path of a 65-row
+/// draft tree (rows read in place) — against the reference, and bit for bit the state of the
+/// same kernel over the path's rows gathered into a sequence (what a commit ran before).
+#[test]
+fn gated_delta_rule_along_matches_reference() {
+    let device = gpu();
+    let cpu = Default::default();
+    let (key_heads, heads, dk, dv) = (2, 4, 128, 64);
+    let mut rng = StdRng::seed_from_u64(14);
+    let n: usize = 65;
+    let parents: Vec<i32> = (0..n as i32).map(|r| if r == 0 { -1 } else { rng.random_range(0..r) }).collect();
+    let host = [
+        unit_rows(61, n * key_heads, dk),
+        unit_rows(62, n * key_heads, dk),
+        values(63, n * heads * dv, 1.0),
+        values(64, n * heads, 0.5).iter().map(|x| x - 0.5).collect(),
+        values(65, n * heads, 0.5).iter().map(|x| x + 0.5).collect(),
+        values(66, heads * dk * dv, 1.0),
+    ];
+    type Inputs<B> = (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 3>);
+    fn inputs<B: KernelOps>(host: &[Vec<f32>; 6], [n, key_heads, heads, dk, dv]: [usize; 5], device: &B::Device) -> Inputs<B> {
+        (
+            tensor(&host[0], [n, key_heads, dk], device),
+            tensor(&host[1], [n, key_heads, dk], device),
+            tensor(&host[2], [n, heads, dv], device),
+            tensor(&host[3], [n, heads], device),
+            tensor(&host[4], [n, heads], device),
+            tensor::<B, 3>(&host[5], [heads, dk, dv], device).cast(FloatDType::F32),
+        )
+    }
+    let dims = [n, key_heads, heads, dk, dv];
+    // Root-first paths to the last row, to a middle row, and the root alone.
+    let path_to = |mut row: usize| {
+        let mut path = vec![row];
+        while parents[row] >= 0 {
+            row = parents[row] as usize;
+            path.push(row);
+        }
+        path.reverse();
+        path
+    };
+    for path in [path_to(n - 1), path_to(n / 2), vec![0]] {
+        let (q_, k_, v_, g_, b_, s_) = inputs::<Cpu>(&host, dims, &cpu);
+        let want = host_f32(Cpu::gated_delta_rule_along(q_, k_, v_, g_, b_, s_, &path));
+        let (q_, k_, v_, g_, b_, s_) = inputs::<Gpu>(&host, dims, &device);
+        let got = host_f32(Gpu::gated_delta_rule_along(q_, k_, v_, g_, b_, s_, &path));
+        let err = max_rel_err(&got, &want);
+        assert!(err < TOL, "{NAME} gated_delta_rule_along {path:?}: error {err}");
+        let (q_, k_, v_, g_, b_, s_) = inputs::<Gpu>(&host, dims, &device);
+        let index = Tensor::<Gpu, 1, Int>::from_data(
+            TensorData::new(path.iter().map(|&r| r as i64).collect(), [path.len()]),
+            &device,
+        );
+        let chain: Vec<i32> = (-1..path.len() as i32 - 1).collect();
+        let pick3 = |t: Tensor<Gpu, 3>| t.select(0, index.clone());
+        let pick2 = |t: Tensor<Gpu, 2>| t.select(0, index.clone());
+        let (_, gathered) = Gpu::gated_delta_rule(pick3(q_), pick3(k_), pick3(v_), pick2(g_), pick2(b_), s_, &chain);
+        assert_eq!(got, host_f32(gathered), "{NAME} {path:?}: not the gathered sequence's state");
+    }
+}
+
 /// The values of `t` in a fresh dense buffer.
 fn dense<const D: usize>(t: Tensor<Gpu, D>) -> Tensor<Gpu, D> {
     tensor(&host_f32(t.clone()), t.dims(), &t.device())
@@ -841,6 +932,31 @@ fn gdn_conv_qkv_matches_reference() {
         // A copy of inputs (rounded on upload in f16).
         let err = max_rel_err(&host_f32(got.history), &host_f32(want.history));
         assert!(err < TOL, "{NAME} gdn_conv_qkv {case}: the last rows, error {err}");
+    }
+}
+
+/// The conv rows a commit keeps — the last `K − 1` of the committed rows and the accepted block
+/// rows (the first columns of a wider projection, read in place) — for paths shorter than,
+/// as long as and longer than `K − 1`: copies, so exact.
+#[test]
+fn gdn_conv_commit_matches_reference() {
+    let device = gpu();
+    let cpu = Default::default();
+    let (c, n, width) = (24, 9, 29);
+    let history = exact(44, 3 * c);
+    let projection = exact(45, n * width);
+    for accepted in [vec![0], vec![0, 2], vec![0, 1, 4], vec![0, 2, 5, 7, 8]] {
+        let want = host_f32(Cpu::gdn_conv_commit(
+            tensor(&history, [3, c], &cpu),
+            tensor(&projection, [n, width], &cpu),
+            &accepted,
+        ));
+        let got = host_f32(Gpu::gdn_conv_commit(
+            tensor(&history, [3, c], &device),
+            tensor(&projection, [n, width], &device),
+            &accepted,
+        ));
+        assert_eq!(got, want, "{NAME} gdn_conv_commit {accepted:?}");
     }
 }
 

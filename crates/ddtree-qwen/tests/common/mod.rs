@@ -90,6 +90,7 @@ impl Expected {
             prefix: self.tokens(&format!("tree{j}.prefix_ids")),
             tokens: self.tokens(&format!("tree{j}.tree_ids")),
             depths,
+            parents,
             words,
             per_row,
         }
@@ -102,6 +103,7 @@ pub struct TreeCase {
     pub prefix: Vec<u32>,
     pub tokens: Vec<u32>,
     pub depths: Vec<u32>,
+    pub parents: Vec<i64>,
     words: Vec<u64>,
     per_row: usize,
 }

@@ -1,7 +1,7 @@
 // The Qwen3.5/3.6 fixture checks, included by `qwen35_fixtures.rs` (burn's CPU backend) and
 // `qwen35_fixtures_wgpu.rs` (the CubeCL kernels on wgpu) with their backend `B`.
 
-use common::{Expected, fixture_dir, relative_error, to_f32};
+use common::{Expected, fixture_dir, path_to, relative_error, to_f32};
 use ddtree_qwen::{LoadOptions, Qwen35};
 use ddtree_weights::GdnProjectionLayout;
 
@@ -145,6 +145,36 @@ fn tree_verify_matches_each_nodes_path_run_by_transformers() {
             check(
                 &format!("{model_name} tree{j} ({} nodes)", tree.tokens.len()),
                 relative_error(&got, &want),
+            );
+        }
+    }
+}
+
+/// Each recorded tree verified, its deepest path committed (the recurrent state replayed along
+/// it, the conv rows and KV rows kept), then two more tokens: the same logits as the prefix and
+/// the path run as one sequence (which the checks above hold to transformers).
+#[test]
+fn committed_tree_path_continues_as_the_sequence() {
+    for model_name in MODELS {
+        let expected = Expected::load(model_name);
+        for j in 0..expected.count("tree", "tree_ids") {
+            let tree = expected.tree(j);
+            let mut model = load(model_name, vec![]);
+            model.prefill(&tree.prefix).unwrap();
+            model.verify(&tree.block()).unwrap();
+            let deepest = (0..tree.tokens.len()).max_by_key(|&i| (tree.depths[i], i)).unwrap();
+            let accepted = path_to(&tree.parents, deepest);
+            model.commit(&accepted).unwrap();
+            let next = [tree.tokens[0], tree.tokens[deepest]];
+            let got = to_f32(model.prefill(&next).unwrap().logits);
+            let mut sequence = tree.prefix.clone();
+            sequence.extend(accepted.iter().map(|&i| tree.tokens[i]));
+            sequence.extend(next);
+            let mut reference = load(model_name, vec![]);
+            let want = to_f32(reference.prefill(&sequence).unwrap().logits);
+            check(
+                &format!("{model_name} tree{j}: path {accepted:?} committed, then 2 tokens"),
+                relative_error(&got, &want[want.len() - got.len()..]),
             );
         }
     }
