@@ -851,9 +851,8 @@ where
     let client = q.client.clone();
     let out = contiguous::<R, F, _>(&q, [rows, q_heads, head_dim]);
     // Ancestor bits as little-endian u32 words; the other modes never read the buffer, so
-    // one uninitialised word stands in (an allocation, not an upload, per AR step and layer).
-    // SAFETY: the allocation holds the one word the argument spans.
-    let unread = || unsafe { ArrayArg::from_raw_parts(client.empty(size_of::<u32>()), 1) };
+    // one zero word stands in (uploaded once and kept: no runtime call per AR step and layer).
+    let unread = || upload::upload_words(&client, &q.device, &[0]);
     let (mode, bits, words_per_row) = match ctx.visibility {
         Visibility::Causal => (attention::CAUSAL, unread(), 1),
         Visibility::Full => (attention::FULL, unread(), 1),
