@@ -1,9 +1,9 @@
 //! The speculative loop's view of the drafter: [`ddtree_engine::Drafter`] over the target's
 //! features.
 
-use burn_tensor::{Int, Tensor, TensorData};
+use burn_tensor::Tensor;
 use ddtree_engine::{DraftOutput, Drafter, ModelError};
-use ddtree_kernels::KernelOps;
+use ddtree_kernels::{KernelOps, index_tensor};
 
 use crate::DFlash;
 use crate::error::Error;
@@ -19,12 +19,9 @@ fn select_rows<B: KernelOps>(features: &Tensor<B, 2>, rows: &[usize]) -> Tensor<
     {
         return features.clone().slice([first..first + rows.len(), 0..width]);
     }
-    let index: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
-    let index = Tensor::<B, 1, Int>::from_data(
-        TensorData::new(index, [rows.len()]).convert::<B::IntElem>(),
-        &features.device(),
-    );
-    features.clone().select(0, index)
+    features
+        .clone()
+        .select(0, index_tensor(rows.iter().copied(), &features.device()))
 }
 
 impl<B: KernelOps> Drafter<Option<Tensor<B, 2>>> for DFlash<B> {

@@ -46,6 +46,16 @@ pub fn host_f32<B: Backend, const D: usize>(values: Tensor<B, D>) -> Vec<f32> {
     f32_of(values.into_data())
 }
 
+/// `rows` (row indices or token ids) as an integer tensor on `device`, the index `select` takes.
+pub fn index_tensor<B: Backend>(
+    rows: impl IntoIterator<Item = usize>,
+    device: &B::Device,
+) -> Tensor<B, 1, Int> {
+    let rows: Vec<i64> = rows.into_iter().map(|r| r as i64).collect();
+    let len = rows.len();
+    Tensor::from_data(TensorData::new(rows, [len]).convert::<B::IntElem>(), device)
+}
+
 /// Token ids from the data of an integer tensor.
 fn ids_of(data: TensorData) -> Vec<u32> {
     data.convert::<i64>()

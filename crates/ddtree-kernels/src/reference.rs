@@ -74,12 +74,7 @@ pub fn write_cache_rows<B: Backend>(cache: Tensor<B, 3>, rows: Tensor<B, 3>, at:
 /// increasing, so no source row is overwritten before it is read.
 pub fn compact_cache_rows<B: Backend>(cache: Tensor<B, 3>, at: usize, keep: &[usize]) -> Tensor<B, 3> {
     let [kv_heads, _, head_dim] = cache.dims();
-    let device = cache.device();
-    let sources: Vec<i64> = keep.iter().map(|&k| (at + k) as i64).collect();
-    let index = Tensor::<B, 1, Int>::from_data(
-        TensorData::new(sources, [keep.len()]).convert::<B::IntElem>(),
-        &device,
-    );
+    let index = crate::index_tensor(keep.iter().map(|&k| at + k), &cache.device());
     let kept = cache.clone().select(1, index);
     cache.slice_assign([0..kv_heads, at..at + keep.len(), 0..head_dim], kept)
 }
@@ -241,10 +236,7 @@ pub fn gdn_conv_commit<B: Backend>(
     let sources = gdn_conv_commit_rows(kept, accepted);
     let n = block.dims()[0];
     let rows = Tensor::cat(vec![history, block.slice([0..n, 0..c])], 0);
-    let index = Tensor::<B, 1, Int>::from_data(
-        TensorData::new(sources.iter().map(|&r| r as i64).collect(), [kept]).convert::<B::IntElem>(),
-        &rows.device(),
-    );
+    let index = crate::index_tensor(sources, &rows.device());
     rows.select(0, index)
 }
 
@@ -286,10 +278,7 @@ pub fn gated_delta_rule_along<B: Backend>(
     if rows.is_empty() {
         return state;
     }
-    let index = Tensor::<B, 1, Int>::from_data(
-        TensorData::new(rows.iter().map(|&r| r as i64).collect(), [rows.len()]).convert::<B::IntElem>(),
-        &state.device(),
-    );
+    let index = crate::index_tensor(rows.iter().copied(), &state.device());
     let chain: Vec<i32> = (-1..rows.len() as i32 - 1).collect();
     let pick2 = |t: Tensor<B, 2>| t.select(0, index.clone());
     let pick3 = |t: Tensor<B, 3>| t.select(0, index.clone());

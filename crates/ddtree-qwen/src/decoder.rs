@@ -6,9 +6,9 @@
 
 use std::cell::OnceCell;
 
-use burn_tensor::{Int, Tensor, TensorData};
+use burn_tensor::Tensor;
 use ddtree_kernels::nn::{Attention, HeadShape, KvCache, Linear, Mlp, RmsNorm, RopeTable};
-use ddtree_kernels::{AttentionContext, KernelOps, Visibility};
+use ddtree_kernels::{AttentionContext, KernelOps, Visibility, index_tensor};
 use ddtree_weights::TensorSource;
 
 use crate::cursor::{Cursor, is_identity};
@@ -329,11 +329,7 @@ impl<B: KernelOps, M: Mixer<B>> Stack<B, M> {
 
     pub(crate) fn embed(&self, tokens: &[u32]) -> Result<Tensor<B, 2>> {
         check_vocab(tokens, self.vocab)?;
-        let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
-        let ids = Tensor::<B, 1, Int>::from_data(
-            TensorData::new(ids, [tokens.len()]).convert::<B::IntElem>(),
-            &self.device,
-        );
+        let ids = index_tensor(tokens.iter().map(|&t| t as usize), &self.device);
         Ok(self.embed_tokens.clone().select(0, ids))
     }
 

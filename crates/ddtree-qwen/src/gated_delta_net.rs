@@ -20,9 +20,9 @@
 //! GDN layers) instead of a 3 MiB state per node and layer (147 MiB per node), plus, while one
 //! layer runs, the states along one root-to-leaf path (at most `depth + 1`).
 
-use burn_tensor::{DType, Int, Tensor, TensorCreationOptions, TensorData};
+use burn_tensor::{DType, Tensor, TensorCreationOptions};
 use ddtree_kernels::nn::Linear;
-use ddtree_kernels::{GdnHeads, KernelOps};
+use ddtree_kernels::{GdnHeads, KernelOps, index_tensor};
 use ddtree_weights::{GdnProjectionLayout, Qwen35Config, TensorSource};
 
 use crate::decoder::{Block, Mixer, Weights};
@@ -241,15 +241,9 @@ fn ungroup(s: GdnHeads) -> (Vec<usize>, Vec<usize>) {
     (qkvz, ba)
 }
 
-fn index<B: KernelOps>(rows: impl Iterator<Item = usize>, device: &B::Device) -> Tensor<B, 1, Int> {
-    let rows: Vec<i64> = rows.map(|r| r as i64).collect();
-    let len = rows.len();
-    Tensor::from_data(TensorData::new(rows, [len]).convert::<B::IntElem>(), device)
-}
-
 fn select_rows<B: KernelOps>(t: Tensor<B, 2>, order: &[usize]) -> Tensor<B, 2> {
     let device = t.device();
-    t.select(0, index(order.iter().copied(), &device))
+    t.select(0, index_tensor(order.iter().copied(), &device))
 }
 
 #[cfg(test)]

@@ -391,23 +391,13 @@ where
         let heads = v.dims()[1];
         let walk = delta::depth_first(parents);
         // Saved columns per unit, in powers of two so that few kernel variants compile; trees
-        // that branch deeper (never drafted) go to the reference, as do states neither in f32
-        // (as the models keep them) nor in the activations' type.
-        let state_type = state.dtype();
-        if n == 0
-            || walk.slots > DELTA_MAX_SLOTS
-            || !heads.is_multiple_of(key_heads)
-            || (state_type != DType::F32 && state_type != F::dtype())
-        {
+        // that branch deeper (never drafted) go to the reference, as do shapes and states the
+        // kernel does not take.
+        if n == 0 || walk.slots > DELTA_MAX_SLOTS || !delta_rule_fits::<F>(heads, key_heads, state.dtype()) {
             return crate::reference::gated_delta_rule(q, k, v, g, beta, state, parents);
         }
         let inputs = [cube(q), cube(k), cube(v), cube(g), cube(beta)];
-        let state = cube(state);
-        let (out, last) = if state_type == DType::F32 {
-            delta_rule::<R, F, f32>(inputs, state, &walk, n - 1)
-        } else {
-            delta_rule::<R, F, F>(inputs, state, &walk, n - 1)
-        };
+        let (out, last) = delta_rule::<R, F>(inputs, cube(state), &walk, n - 1);
         (float(out), float(last))
     }
 
@@ -422,7 +412,6 @@ where
     ) -> Tensor<Self, 3> {
         let [n, key_heads, _] = q.dims();
         let heads = v.dims()[1];
-        let state_type = state.dtype();
         let Some(&last_row) = rows.last() else {
             return state;
         };
@@ -430,18 +419,12 @@ where
             rows.iter().all(|&r| r < n),
             "gated_delta_rule_along: rows must lie in the block of {n}"
         );
-        if !heads.is_multiple_of(key_heads) || (state_type != DType::F32 && state_type != F::dtype()) {
+        if !delta_rule_fits::<F>(heads, key_heads, state.dtype()) {
             return crate::reference::gated_delta_rule_along(q, k, v, g, beta, state, rows);
         }
         // The rows are read where they are: no gather of the five inputs.
-        let walk = delta::along(rows);
         let inputs = [cube(q), cube(k), cube(v), cube(g), cube(beta)];
-        let state = cube(state);
-        let (_, last) = if state_type == DType::F32 {
-            delta_rule::<R, F, f32>(inputs, state, &walk, last_row)
-        } else {
-            delta_rule::<R, F, F>(inputs, state, &walk, last_row)
-        };
+        let (_, last) = delta_rule::<R, F>(inputs, cube(state), &delta::along(rows), last_row);
         float(last)
     }
 
@@ -630,9 +613,31 @@ where
     }
 }
 
-/// [`delta::gated_delta_rule()`] over `[q, k, v, g, beta]` from `state` (of type `S`) along
-/// `walk`: the outputs of the rows it visits and the state after `last_row`.
-fn delta_rule<R: CubeRuntime, F: FloatElement, S: FloatElement>(
+/// Whether [`delta::gated_delta_rule()`] takes these heads and this state type: value heads in
+/// whole groups per key head, and a state in f32 (as the models keep it) or in the activations'
+/// type. Otherwise the reference runs.
+fn delta_rule_fits<F: FloatElement>(heads: usize, key_heads: usize, state_type: DType) -> bool {
+    heads.is_multiple_of(key_heads) && (state_type == DType::F32 || state_type == F::dtype())
+}
+
+/// [`delta::gated_delta_rule()`] over `[q, k, v, g, beta]` from `state` (f32 or `F`, see
+/// [`delta_rule_fits`]) along `walk`: the outputs of the rows it visits and the state after
+/// `last_row`.
+fn delta_rule<R: CubeRuntime, F: FloatElement>(
+    inputs: [CubeTensor<R>; 5],
+    state: CubeTensor<R>,
+    walk: &delta::Walk,
+    last_row: usize,
+) -> (CubeTensor<R>, CubeTensor<R>) {
+    if state.dtype == DType::F32 {
+        delta_rule_with_state::<R, F, f32>(inputs, state, walk, last_row)
+    } else {
+        delta_rule_with_state::<R, F, F>(inputs, state, walk, last_row)
+    }
+}
+
+/// [`delta_rule`] with the state's type `S`.
+fn delta_rule_with_state<R: CubeRuntime, F: FloatElement, S: FloatElement>(
     [q, k, v, g, beta]: [CubeTensor<R>; 5],
     state: CubeTensor<R>,
     walk: &delta::Walk,

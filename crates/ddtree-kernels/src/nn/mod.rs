@@ -3,7 +3,7 @@
 
 mod attention;
 
-use burn_tensor::{Int, Tensor, TensorData};
+use burn_tensor::{Tensor, TensorData};
 
 pub use attention::{Attention, HeadShape, QkvRows};
 
@@ -164,12 +164,7 @@ impl<B: KernelOps> RopeTable<B> {
 
     /// cos and sin rows for `positions` (each `< self.positions()`), as `[n, rotary_dim / 2]`.
     pub fn gather(&self, positions: &[usize]) -> (Tensor<B, 2>, Tensor<B, 2>) {
-        let device = self.cos.device();
-        let index: Vec<i64> = positions.iter().map(|&p| p as i64).collect();
-        let index = Tensor::<B, 1, Int>::from_data(
-            TensorData::new(index, [positions.len()]).convert::<B::IntElem>(),
-            &device,
-        );
+        let index = crate::index_tensor(positions.iter().copied(), &self.cos.device());
         (
             self.cos.clone().select(0, index.clone()),
             self.sin.clone().select(0, index),
