@@ -619,15 +619,16 @@ fn commit_checks<B: KernelOps>(device: &B::Device, checks: &mut Checks) {
     let keep = [0, 3, 9, 10, 17, 30, 31, 40];
     for (kv_heads, head_dim) in [(8, 128), (4, 256)] {
         let (capacity, at) = (2200, 2048);
-        let (cache, cache_ref) = on_device::<B, 3>(
-            random(60, kv_heads * capacity * head_dim, 1.0),
-            [kv_heads, capacity, head_dim],
-            device,
-        );
-        let exact = host_f32(B::compact_cache_rows(cache, at, &keep))
-            == host_f32(Cpu::compact_cache_rows(cache_ref, at, &keep));
+        let shape = [kv_heads, capacity, head_dim];
+        let (keys, keys_ref) =
+            on_device::<B, 3>(random(60, kv_heads * capacity * head_dim, 1.0), shape, device);
+        let (values, values_ref) =
+            on_device::<B, 3>(random(61, kv_heads * capacity * head_dim, 1.0), shape, device);
+        let (k, v) = B::compact_kv_rows(keys, values, at, &keep);
+        let (k_ref, v_ref) = Cpu::compact_kv_rows(keys_ref, values_ref, at, &keep);
+        let exact = host_f32(k) == host_f32(k_ref) && host_f32(v) == host_f32(v_ref);
         checks.exact(
-            &format!("compact_cache_rows {kv_heads}×{head_dim}, {keep:?} at {at}"),
+            &format!("compact_kv_rows {kv_heads}×{head_dim}, {keep:?} at {at}"),
             exact,
         );
     }

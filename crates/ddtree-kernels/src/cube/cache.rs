@@ -1,5 +1,6 @@
 //! Writing new key/value rows into a preallocated KV cache, and compacting kept rows, in place.
-//! References: [`crate::reference::write_cache_rows`], [`crate::reference::compact_cache_rows`].
+//! References: [`crate::reference::write_cache_rows`], [`crate::reference::compact_cache_rows`]
+//! (on each of a layer's two caches).
 
 use cubecl::prelude::*;
 
@@ -29,16 +30,19 @@ pub fn write_rows<F: Float>(
 /// Rows a unit of [`compact_rows()`] moves per load-then-store round.
 pub const COMPACT_CHUNK: usize = 8;
 
-/// `cache[h, at + i, d] = cache[h, at + keep[i], d]` for `i < n`, in place, with `keep`
-/// increasing (so `keep[i] ≥ i`). Reference: [`crate::reference::compact_cache_rows`].
+/// `cache[h, at + i, d] = cache[h, at + keep[i], d]` for `i < n` in a layer's `keys` and
+/// `values` caches (one layout), in place, with `keep` increasing (so `keep[i] ≥ i`): one launch
+/// per layer's commit. Reference: [`crate::reference::compact_cache_rows`], on each.
 ///
-/// One unit per (head, column) walks the rows in order, a chunk of [`COMPACT_CHUNK`] at a time:
-/// every load of a chunk before its stores. That order is safe in place: a chunk's sources are
-/// at or after its first target, so no earlier chunk wrote them, and no later chunk reads a row
-/// this one writes (its sources lie past this chunk's targets).
+/// One unit per (head, column) walks the rows in order, a chunk of [`COMPACT_CHUNK`] at a time
+/// in both caches: every load of a chunk before its stores. That order is safe in place: a
+/// chunk's sources are at or after its first target, so no earlier chunk wrote them, and no
+/// later chunk reads a row this one writes (its sources lie past this chunk's targets).
 #[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
 pub fn compact_rows<F: Float>(
-    cache: &mut Array<F>,
+    keys: &mut Array<F>,
+    values: &mut Array<F>,
     keep: &Array<u32>,
     n: usize,
     kv_heads: usize,
@@ -50,7 +54,8 @@ pub fn compact_rows<F: Float>(
     let unit = ABSOLUTE_POS;
     if unit < kv_heads * head_dim {
         let column = (unit / head_dim) * head_stride + unit % head_dim;
-        let mut values = Array::<F>::new(COMPACT_CHUNK);
+        let mut moved_keys = Array::<F>::new(COMPACT_CHUNK);
+        let mut moved_values = Array::<F>::new(COMPACT_CHUNK);
         let mut first = 0;
         while first < n {
             let mut count = n - first;
@@ -58,10 +63,14 @@ pub fn compact_rows<F: Float>(
                 count = COMPACT_CHUNK;
             }
             for i in 0..count {
-                values[i] = cache[column + (at + keep[first + i] as usize) * row_stride];
+                let from = column + (at + keep[first + i] as usize) * row_stride;
+                moved_keys[i] = keys[from];
+                moved_values[i] = values[from];
             }
             for i in 0..count {
-                cache[column + (at + first + i) * row_stride] = values[i];
+                let to = column + (at + first + i) * row_stride;
+                keys[to] = moved_keys[i];
+                values[to] = moved_values[i];
             }
             first += COMPACT_CHUNK;
         }

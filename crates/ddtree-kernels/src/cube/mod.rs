@@ -281,28 +281,46 @@ where
         float(cache)
     }
 
-    fn compact_cache_rows(cache: Tensor<Self, 3>, at: usize, keep: &[usize]) -> Tensor<Self, 3> {
-        let [kv_heads, capacity, head_dim] = cache.dims();
-        let cache = cache.into_primitive().tensor();
-        // In place when the cache is ours alone (the decode loop's case); otherwise copy.
-        if !cache.can_mut() || cache.meta.strides()[2] != 1 || keep.is_empty() {
-            return crate::reference::compact_cache_rows(float(cache), at, keep);
+    fn compact_kv_rows(
+        keys: Tensor<Self, 3>,
+        values: Tensor<Self, 3>,
+        at: usize,
+        keep: &[usize],
+    ) -> (Tensor<Self, 3>, Tensor<Self, 3>) {
+        let [kv_heads, capacity, head_dim] = keys.dims();
+        let (keys, values) = (keys.into_primitive().tensor(), values.into_primitive().tensor());
+        // In place when the caches are ours alone (the decode loop's case) and laid out alike;
+        // otherwise copies.
+        let movable = |c: &CubeTensor<R>| c.can_mut() && c.meta.strides()[2] == 1;
+        if !movable(&keys)
+            || !movable(&values)
+            || keys.meta.strides() != values.meta.strides()
+            || keep.is_empty()
+        {
+            return (
+                crate::reference::compact_cache_rows(float(keys), at, keep),
+                crate::reference::compact_cache_rows(float(values), at, keep),
+            );
         }
         assert!(
-            keep.windows(2).all(|w| w[0] < w[1]) && at + keep[keep.len() - 1] < capacity,
-            "compact_cache_rows: keep must increase and stay inside the cache"
+            values.meta.shape() == keys.meta.shape()
+                && keep.windows(2).all(|w| w[0] < w[1])
+                && at + keep[keep.len() - 1] < capacity,
+            "compact_kv_rows: caches of one shape; keep must increase and stay inside them"
         );
         let keep: Vec<u32> = keep.iter().map(|&k| k as u32).collect();
-        let (head_stride, row_stride) = (cache.meta.strides()[0], cache.meta.strides()[1]);
+        let (head_stride, row_stride) = (keys.meta.strides()[0], keys.meta.strides()[1]);
         let (count, dim) = elementwise_grid(kv_heads * head_dim);
-        // SAFETY: rows `at + keep[i]` lie inside the cache (checked above) and `keep` increases.
+        // SAFETY: rows `at + keep[i]` lie inside both caches (checked above, same shape and
+        // strides) and `keep` increases.
         unsafe {
             cache::compact_rows::launch_unchecked::<F, R>(
-                &cache.client,
+                &keys.client,
                 count,
                 dim,
-                view_array(&cache),
-                upload::upload_words(&cache.client, &cache.device, &keep),
+                view_array(&keys),
+                view_array(&values),
+                upload::upload_words(&keys.client, &keys.device, &keep),
                 keep.len(),
                 kv_heads,
                 head_dim,
@@ -311,7 +329,7 @@ where
                 at,
             );
         }
-        float(cache)
+        (float(keys), float(values))
     }
 
     fn cached_attention(

@@ -244,12 +244,7 @@ impl<B: KernelOps> KvCache<B> {
 
     /// Moves rows `at + keep[i]` to `at + i` (`keep` increasing).
     pub fn compact(&mut self, at: usize, keep: &[usize]) {
-        self.update(|keys, values| {
-            (
-                B::compact_cache_rows(keys, at, keep),
-                B::compact_cache_rows(values, at, keep),
-            )
-        });
+        self.update(|keys, values| B::compact_kv_rows(keys, values, at, keep));
     }
 
     /// The key and value tensors (cheap handles).

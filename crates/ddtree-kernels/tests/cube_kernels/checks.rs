@@ -7,7 +7,7 @@ use burn_ndarray::NdArray;
 use burn_tensor::{FloatDType, Int, Tensor, TensorData};
 use burn_wgpu::WgpuDevice;
 use ddtree_kernels::nn::QkvRows;
-use ddtree_kernels::{KernelOps, host_f32, host_ids};
+use ddtree_kernels::{KernelOps, host_f32, host_ids, reference};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -447,33 +447,27 @@ fn write_cache_rows_matches_reference() {
     assert_eq!(host_f32(shared), cache, "the other owner's cache changed");
 }
 
-/// Kept rows move down to `at + i` in every head, in place: a shift by one row (every target is
-/// the next row's source), gaps that span the kernel's chunks of rows, one row, the identity;
-/// also when the cache is shared (the other owner's copy stays as it was).
+/// Kept rows move down to `at + i` in every head of a key and a value cache, in place: a shift
+/// by one row (every target is the next row's source), gaps that span the kernel's chunks of
+/// rows, one row, the identity; also when one cache is shared (the other owner's copy stays as
+/// it was).
 #[test]
-fn compact_cache_rows_matches_reference() {
+fn compact_kv_rows_matches_reference() {
     let device = gpu();
     let (kv_heads, capacity, head_dim, at) = (3, 48, 16, 5);
-    let cache = exact(43, kv_heads * capacity * head_dim);
+    let shape = [kv_heads, capacity, head_dim];
+    let (keys, values) = (exact(43, kv_heads * capacity * head_dim), exact(44, kv_heads * capacity * head_dim));
     let cpu = Default::default();
     let shift: Vec<usize> = (1..21).collect();
     let gaps: Vec<usize> = (0..19).map(|i| i * 2 - i / 3).collect();
     for keep in [shift, gaps, vec![3], (0..6).collect()] {
-        let want = host_f32(Cpu::compact_cache_rows(
-            tensor(&cache, [kv_heads, capacity, head_dim], &cpu),
-            at,
-            &keep,
-        ));
-        let got = host_f32(Gpu::compact_cache_rows(
-            tensor(&cache, [kv_heads, capacity, head_dim], &device),
-            at,
-            &keep,
-        ));
-        assert_eq!(got, want, "{NAME} keep {keep:?}: in place");
-        let shared = tensor::<Gpu, 3>(&cache, [kv_heads, capacity, head_dim], &device);
-        let got = host_f32(Gpu::compact_cache_rows(shared.clone(), at, &keep));
-        assert_eq!(got, want, "{NAME} keep {keep:?}: shared cache");
-        assert_eq!(host_f32(shared), cache, "{NAME} keep {keep:?}: the other owner's cache changed");
+        let want = [&keys, &values].map(|cache| host_f32(reference::compact_cache_rows(tensor::<Cpu, 3>(cache, shape, &cpu), at, &keep)));
+        let (k, v) = Gpu::compact_kv_rows(tensor(&keys, shape, &device), tensor(&values, shape, &device), at, &keep);
+        assert_eq!([host_f32(k), host_f32(v)], want, "{NAME} keep {keep:?}: in place");
+        let shared = tensor::<Gpu, 3>(&values, shape, &device);
+        let (k, v) = Gpu::compact_kv_rows(tensor(&keys, shape, &device), shared.clone(), at, &keep);
+        assert_eq!([host_f32(k), host_f32(v)], want, "{NAME} keep {keep:?}: shared cache");
+        assert_eq!(host_f32(shared), values, "{NAME} keep {keep:?}: the other owner's cache changed");
     }
 }
 
