@@ -210,18 +210,15 @@ pub trait KernelOps: Backend {
         reference::write_cache_rows(cache, rows, at)
     }
 
-    /// Moves rows `at + keep[i]` to `at + i` in a layer's key and value caches (of one shape),
-    /// [`reference::compact_cache_rows`] on each.
+    /// Moves rows `at + keep[i]` to `at + i` in a layer's key and value caches (of one shape)
+    /// ([`reference::compact_kv_rows`]).
     fn compact_kv_rows(
         keys: Tensor<Self, 3>,
         values: Tensor<Self, 3>,
         at: usize,
         keep: &[usize],
     ) -> (Tensor<Self, 3>, Tensor<Self, 3>) {
-        (
-            reference::compact_cache_rows(keys, at, keep),
-            reference::compact_cache_rows(values, at, keep),
-        )
+        reference::compact_kv_rows(keys, values, at, keep)
     }
 
     /// Grouped-query attention over a KV cache with the visibility of `ctx`

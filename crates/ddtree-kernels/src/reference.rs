@@ -79,6 +79,19 @@ pub fn compact_cache_rows<B: Backend>(cache: Tensor<B, 3>, at: usize, keep: &[us
     cache.slice_assign([0..kv_heads, at..at + keep.len(), 0..head_dim], kept)
 }
 
+/// [`compact_cache_rows`] on a layer's key and value caches.
+pub fn compact_kv_rows<B: Backend>(
+    keys: Tensor<B, 3>,
+    values: Tensor<B, 3>,
+    at: usize,
+    keep: &[usize],
+) -> (Tensor<B, 3>, Tensor<B, 3>) {
+    (
+        compact_cache_rows(keys, at, keep),
+        compact_cache_rows(values, at, keep),
+    )
+}
+
 /// Attention of `q: [n, q_heads, head_dim]` over `k_cache`/`v_cache: [kv_heads, capacity,
 /// head_dim]` (grouped-query: q head `h` reads kv head `h / (q_heads / kv_heads)`), with the block
 /// at cache rows `ctx.prefix_len..ctx.prefix_len + n` and the visibility of `ctx`. Returns

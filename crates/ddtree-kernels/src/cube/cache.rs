@@ -1,6 +1,5 @@
 //! Writing new key/value rows into a preallocated KV cache, and compacting kept rows, in place.
-//! References: [`crate::reference::write_cache_rows`], [`crate::reference::compact_cache_rows`]
-//! (on each of a layer's two caches).
+//! References: [`crate::reference::write_cache_rows`], [`crate::reference::compact_kv_rows`].
 
 use cubecl::prelude::*;
 
@@ -32,7 +31,7 @@ pub const COMPACT_CHUNK: usize = 8;
 
 /// `cache[h, at + i, d] = cache[h, at + keep[i], d]` for `i < n` in a layer's `keys` and
 /// `values` caches (one layout), in place, with `keep` increasing (so `keep[i] ≥ i`): one launch
-/// per layer's commit. Reference: [`crate::reference::compact_cache_rows`], on each.
+/// per layer's commit. Reference: [`crate::reference::compact_kv_rows`].
 ///
 /// One unit per (head, column) walks the rows in order, a chunk of [`COMPACT_CHUNK`] at a time
 /// in both caches: every load of a chunk before its stores. That order is safe in place: a

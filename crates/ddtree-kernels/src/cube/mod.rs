@@ -297,10 +297,7 @@ where
             || keys.meta.strides() != values.meta.strides()
             || keep.is_empty()
         {
-            return (
-                crate::reference::compact_cache_rows(float(keys), at, keep),
-                crate::reference::compact_cache_rows(float(values), at, keep),
-            );
+            return crate::reference::compact_kv_rows(float(keys), float(values), at, keep);
         }
         assert!(
             values.meta.shape() == keys.meta.shape()
