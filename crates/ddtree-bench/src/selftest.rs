@@ -37,6 +37,11 @@ pub struct Args {
     /// cut into 1–33 slices (CUDA), each checked against the reference.
     #[arg(long)]
     sweep_attention: bool,
+    /// Also time the GEMV (1 row) at the AR step's weight shapes (`--sweep-gemv lm_head,down`:
+    /// some of qkv, o_proj, gate_up, down, lm_head) with 1–8 planes per feature (CUDA), each
+    /// checked against burn's matmul.
+    #[arg(long, num_args = 0.., value_delimiter = ',')]
+    sweep_gemv: Option<Vec<String>>,
     /// Run only this group of checks.
     #[arg(long, value_enum)]
     only: Option<Group>,
@@ -179,6 +184,9 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         }
         if args.sweep_attention {
             tensor_cores::sweep_attention(&mut checks)?;
+        }
+        if let Some(names) = &args.sweep_gemv {
+            sweep_gemv(&mut checks, names)?;
         }
     }
     for (rows, hidden) in [(1, 4096), (17, 4096), (3, 100)] {
@@ -837,6 +845,57 @@ fn seconds_per_launch<B: KernelOps>(
         Ok(())
     })?;
     Ok(s.median_ms / 1e3 / launches as f64)
+}
+
+/// The GEMV with 1, 2, 4 and 8 planes per feature at an AR step's weight shapes of Qwen3-8B
+/// (QKV, o_proj, the fused gate/up with its SwiGLU, down, the LM head; all, or those `names`
+/// lists): each checked against burn's matmul (and the activation), then timed like `bandwidth`;
+/// the default is marked.
+#[cfg(feature = "cuda")]
+fn sweep_gemv(checks: &mut Checks, names: &[String]) -> Result<(), Error> {
+    use ddtree_kernels::cube::linear::GEMV_K_PLANES;
+    use ddtree_kernels::cube::{Cuda, linear_rows_with};
+    let device = Default::default();
+    for (name, n, k, swiglu) in [
+        ("qkv", 6144, 4096, false),
+        ("o_proj", 4096, 4096, false),
+        ("gate_up", 24576, 4096, true),
+        ("down", 4096, 12288, false),
+        ("lm_head", 151936, 4096, false),
+    ] {
+        if !names.is_empty() && !names.iter().any(|n| n == name) {
+            continue;
+        }
+        let weights = weight_copies::<Cuda>(&device, n, k);
+        let x = Tensor::<Cuda, 2>::random([1, k], Distribution::Normal(0.0, 1.0), &device);
+        let product = x.clone().matmul(weights[0].clone().transpose());
+        let want = host_f32(if swiglu {
+            let half = n / 2;
+            ddtree_kernels::reference::silu_mul(
+                product.clone().slice([0..1, 0..half]),
+                product.slice([0..1, half..n]),
+            )
+        } else {
+            product
+        });
+        for k_planes in [1, 2, 4, 8] {
+            let run = |x, w| linear_rows_with(x, w, swiglu, k_planes);
+            checks.compare(
+                &format!("linear_rows {name}, {k_planes} planes per feature"),
+                &host_f32(run(x.clone(), weights[0].clone())),
+                &want,
+            );
+            let per_launch_s = seconds_per_launch(&device, &x, &weights, run)?;
+            let gbs = (n * k * 2) as f64 / per_launch_s / 1e9;
+            println!(
+                "{}",
+                json!({ "sweep_gemv": format!("{name} 1x{k} · {n}x{k}ᵀ"), "k_planes": k_planes,
+                        "chosen": k_planes == GEMV_K_PLANES, "us": per_launch_s * 1e6,
+                        "of_4300": gbs / 4300.0 })
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The tensor-core linear ([`ddtree_kernels::cube::linear_tiled`]) of the tree-verify and drafter

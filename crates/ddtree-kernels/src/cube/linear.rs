@@ -13,8 +13,9 @@ pub const MAX_ROWS: usize = 8;
 /// `plane_sum`, then across the `k_planes` planes through shared memory. `x: [rows, k]`,
 /// `w: [n_out, k]`, `y: [rows, n_out]`, all contiguous; `k_vecs` is `k / N`. Launch with
 /// `CubeDim = (plane size, planes)`, `k_planes` dividing `planes`, and enough cubes to cover
-/// `n_out · k_planes` planes. Several planes per feature fill the GPU when `n_out` is small
-/// (4096 features × one plane is half an H200's warp slots).
+/// `n_out · k_planes` planes. Several planes per feature ([`GEMV_K_PLANES`]) fill the GPU when
+/// `n_out` is small (4096 features × one plane is half an H200's warp slots) and shorten each
+/// plane's walk, so the launch's last planes finish sooner.
 ///
 /// With `swiglu`, `w` is a fused gate/up projection `[2 · n_out, k]` and the planes stream both
 /// of its rows (`n` and `n_out + n`) to write `y = silu(gate) ⊙ up` — the MLP's activation without
@@ -491,6 +492,11 @@ fn silu_times<F: Float>(gate: f32, up: f32) -> F {
     let u = f32::cast_from(F::cast_from(up));
     F::cast_from(g / (1.0 + f32::exp(0.0 - g)) * u)
 }
+
+/// Planes per output feature of [`linear_rows()`] by default: at every Qwen3-8B AR shape the
+/// fastest of 1, 2, 4 and 8 or within its spread (QKV and down 9–11 % faster than with 1–2;
+/// `self-test --sweep-gemv`, docs/perf-notes.md, thirteenth session).
+pub const GEMV_K_PLANES: usize = 4;
 
 /// A launch shape for [`linear_mma()`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -50,10 +50,8 @@ pub use cubecl::cuda::CudaDevice;
 #[cfg(feature = "wgpu")]
 pub type Wgpu = CubeBackend<cubecl::wgpu::WgpuRuntime, f32, i32, u32>;
 
-/// Planes per cube of the GEMV.
-const PLANES_PER_CUBE: u32 = 4;
-/// Warps the GEMV aims for: a full wave of an H200 (132 multiprocessors × 64 warps is 8448).
-const GEMV_WARPS: usize = 8192;
+/// The fewest planes per cube of the GEMV.
+const GEMV_PLANES: usize = 4;
 /// Planes per attention cube (each takes one query of the cube at a time).
 const ATTENTION_PLANES: u32 = 8;
 /// The most planes per cube of the split-combining attention kernel: one per split, then each
@@ -1079,21 +1077,41 @@ where
     I: IntElement,
     BT: BoolElement,
 {
+    linear_rows_with(x, weight, swiglu, linear::GEMV_K_PLANES)
+}
+
+/// The GEMV ([`linear::linear_rows()`], at most [`linear::MAX_ROWS`] rows) with `k_planes`
+/// planes per output feature (a power of two; benchmarks compare them); with `swiglu`, `weight`
+/// is a fused gate/up projection and the result `silu(gate) ⊙ up`.
+pub fn linear_rows_with<R, F, I, BT>(
+    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    weight: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    swiglu: bool,
+    k_planes: usize,
+) -> Tensor<CubeBackend<R, F, I, BT>, 2>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
     let [rows, k] = x.dims();
+    assert!(rows <= linear::MAX_ROWS, "linear_rows_with: {rows} rows");
+    assert!(
+        k_planes.is_power_of_two(),
+        "linear_rows_with: {k_planes} planes per feature"
+    );
     let n_out = weight.dims()[0] / if swiglu { 2 } else { 1 };
     let (x, w) = (cube(x), cube(weight));
     let y = contiguous::<R, F, _>(&x, [rows, n_out]);
     let width = vector_width(&[&x, &w], k);
-    // Enough planes for one wave of an H200 (132 × 64 warps): up to 4 per feature.
-    let k_planes = [1, 2, 4]
-        .into_iter()
-        .find(|p| n_out * p >= GEMV_WARPS)
-        .unwrap_or(PLANES_PER_CUBE as usize);
     let plane = x.client.properties().hardware.plane_size_max;
-    let cubes = (n_out * k_planes).div_ceil(PLANES_PER_CUBE as usize) as u32;
+    // A feature's planes share a cube.
+    let planes = k_planes.max(GEMV_PLANES);
+    let cubes = (n_out * k_planes).div_ceil(planes) as u32;
     let (count, dim) = (
         CubeCount::Static(cubes, 1, 1),
-        CubeDim::new_2d(plane, PLANES_PER_CUBE),
+        CubeDim::new_2d(plane, planes as u32),
     );
     // SAFETY: both inputs are contiguous with the lengths given (W holds `2 · n_out` rows with
     // `swiglu`); the kernel guards its rows.
@@ -1110,7 +1128,7 @@ where
             n_out,
             rows,
             swiglu,
-            PLANES_PER_CUBE as usize,
+            planes,
             k_planes,
         );
     }

@@ -70,6 +70,41 @@ fn linear_matches_reference() {
     }
 }
 
+/// The GEMV with 1–8 planes per feature, plain and with the SwiGLU of a fused gate/up weight,
+/// at reductions whose tails leave some lanes without a full stride: each against the reference.
+#[test]
+fn linear_rows_k_planes_match_reference() {
+    use ddtree_kernels::cube::linear_rows_with;
+    let device = gpu();
+    for (rows, k, n) in [(1, 2056, 20), (3, 4100, 9), (2, 640, 33)] {
+        let x = values(3 + rows as u64, rows * k, 1.0);
+        let w = values(4 + k as u64, 2 * n * k, 0.5);
+        for swiglu in [false, true] {
+            let n_w = if swiglu { 2 * n } else { n };
+            let cpu_x = tensor::<Cpu, 2>(&x, [rows, k], &Default::default());
+            let cpu_w = tensor::<Cpu, 2>(&w[..n_w * k], [n_w, k], &Default::default());
+            let want = host_f32(if swiglu {
+                Cpu::gate_up_silu(cpu_x, cpu_w)
+            } else {
+                Cpu::linear(cpu_x, cpu_w)
+            });
+            for k_planes in [1, 2, 4, 8] {
+                let got = host_f32(linear_rows_with(
+                    tensor::<Gpu, 2>(&x, [rows, k], &device),
+                    tensor::<Gpu, 2>(&w[..n_w * k], [n_w, k], &device),
+                    swiglu,
+                    k_planes,
+                ));
+                let err = max_rel_err(&got, &want);
+                assert!(
+                    err < TOL,
+                    "{NAME} linear_rows rows={rows} k={k} n={n} swiglu={swiglu} k_planes={k_planes}: error {err}"
+                );
+            }
+        }
+    }
+}
+
 /// A row slice of a larger tensor starts at an offset: the kernel must read from it.
 #[test]
 fn linear_reads_sliced_rows() {
