@@ -40,7 +40,8 @@ pub struct Args {
     /// Also time the GEMV (1 row) at the AR step's weight shapes (`--sweep-gemv lm_head,down`:
     /// some of qkv, o_proj, gate_up, down, lm_head) with 1–8 planes per feature (CUDA), each
     /// checked against burn's matmul.
-    #[arg(long, num_args = 0.., value_delimiter = ',')]
+    #[arg(long, num_args = 0.., value_delimiter = ',',
+          value_parser = ["qkv", "o_proj", "gate_up", "down", "lm_head"])]
     sweep_gemv: Option<Vec<String>>,
     /// Run only this group of checks.
     #[arg(long, value_enum)]
