@@ -9,8 +9,9 @@ in a comment), compiled by NVRTC with cubecl's options (`--gpu-architecture=sm_9
 PTX, assembled by ptxas (`-v`: registers, stack, spills) and disassembled by cuobjdump into
 out/<n>.sass; the main loop's instruction mix is printed. No GPU is needed: the tools come from a
 CUDA toolkit or from PyPI (`nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12 nvidia-cuda-runtime-cu12
-nvidia-cuda-cccl-cu12 nvidia-cuda-cuobjdump`); set NVRTC (the library), PTXAS, CUOBJDUMP and
-CUDA_INCLUDE (':'-separated header folders) where they are not found on their own.
+nvidia-cuda-cccl-cu12 nvidia-cuda-cuobjdump`, or for CUDA 13 the same names without `-cu12` plus
+`nvidia-cuda-nvdisasm`); set NVRTC (the library), PTXAS, CUOBJDUMP and CUDA_INCLUDE (':'-separated
+header folders) where they are not found on their own.
 """
 import collections
 import ctypes
@@ -94,12 +95,16 @@ def main():
     log_path, names, out = sys.argv[1], sys.argv[2].split(","), pathlib.Path(sys.argv[3])
     arch = sys.argv[4] if len(sys.argv) > 4 else "sm_90a"
     lib = ctypes.CDLL(tool("NVRTC", ctypes.util.find_library("nvrtc"),
-                           [f"{PIP}/cuda_nvrtc/lib/libnvrtc.so*", "/usr/local/cuda/lib64/libnvrtc.so*"]))
-    ptxas = tool("PTXAS", shutil.which("ptxas"), [f"{PIP}/cuda_nvcc/bin/ptxas", "/usr/local/cuda/bin/ptxas"])
+                           [f"{PIP}/cuda_nvrtc/lib/libnvrtc.so*", f"{PIP}/cu*/lib/libnvrtc.so*",
+                            "/usr/local/cuda/lib64/libnvrtc.so*"]))
+    ptxas = tool("PTXAS", shutil.which("ptxas"), [f"{PIP}/cuda_nvcc/bin/ptxas", f"{PIP}/cu*/bin/ptxas",
+                                                  "/usr/local/cuda/bin/ptxas"])
     cuobjdump = tool("CUOBJDUMP", shutil.which("cuobjdump"),
                      [f"{PIP}/cu*/bin/cuobjdump", "/usr/local/cuda/bin/cuobjdump"])
-    includes = os.environ.get("CUDA_INCLUDE", "").split(":") + glob.glob(f"{PIP}/cuda_*/include") + [
-        "/usr/local/cuda/include"]
+    # CUDA 13 keeps libcu++ (cuda/std/...) under include/cccl.
+    includes = os.environ.get("CUDA_INCLUDE", "").split(":") + glob.glob(f"{PIP}/cuda_*/include") + glob.glob(
+        f"{PIP}/cu*/include") + glob.glob(f"{PIP}/cu*/include/cccl") + ["/usr/local/cuda/include",
+                                                                          "/usr/local/cuda/include/cccl"]
     options = [f"--gpu-architecture={arch}", "-lineinfo"] + [f"--include-path={d}" for d in includes if d]
     out.mkdir(parents=True, exist_ok=True)
     seen = set()
@@ -123,8 +128,10 @@ def main():
         print("   " + " ".join(l.split("info    :")[-1].strip() for l in built.stderr.splitlines()
                                if "registers" in l or "spill" in l))
         if built.returncode == 0:
+            # CUDA 13's cuobjdump runs nvdisasm, which sits beside it.
+            env = dict(os.environ, PATH=f"{os.path.dirname(cuobjdump)}:{os.environ.get('PATH', '')}")
             sass = subprocess.run([cuobjdump, "-sass", str(stem.with_suffix(".cubin"))],
-                                  capture_output=True, text=True).stdout
+                                  capture_output=True, text=True, env=env).stdout
             stem.with_suffix(".sass").write_text(sass)
             print("   " + loop_mix(sass))
     print(f"{n} kernels")
