@@ -95,16 +95,17 @@ def main():
     log_path, names, out = sys.argv[1], sys.argv[2].split(","), pathlib.Path(sys.argv[3])
     arch = sys.argv[4] if len(sys.argv) > 4 else "sm_90a"
     lib = ctypes.CDLL(tool("NVRTC", ctypes.util.find_library("nvrtc"),
-                           [f"{PIP}/cuda_nvrtc/lib/libnvrtc.so*", f"{PIP}/cu*/lib/libnvrtc.so*",
-                            "/usr/local/cuda/lib64/libnvrtc.so*"]))
-    ptxas = tool("PTXAS", shutil.which("ptxas"), [f"{PIP}/cuda_nvcc/bin/ptxas", f"{PIP}/cu*/bin/ptxas",
-                                                  "/usr/local/cuda/bin/ptxas"])
+                           [f"{PIP}/cu*/lib/libnvrtc.so*", "/usr/local/cuda/lib64/libnvrtc.so*"]))
+    ptxas = tool("PTXAS", shutil.which("ptxas"), [f"{PIP}/cu*/bin/ptxas", "/usr/local/cuda/bin/ptxas"])
     cuobjdump = tool("CUOBJDUMP", shutil.which("cuobjdump"),
                      [f"{PIP}/cu*/bin/cuobjdump", "/usr/local/cuda/bin/cuobjdump"])
-    # CUDA 13 keeps libcu++ (cuda/std/...) under include/cccl.
-    includes = os.environ.get("CUDA_INCLUDE", "").split(":") + glob.glob(f"{PIP}/cuda_*/include") + glob.glob(
-        f"{PIP}/cu*/include") + glob.glob(f"{PIP}/cu*/include/cccl") + ["/usr/local/cuda/include",
-                                                                          "/usr/local/cuda/include/cccl"]
+    # PyPI's CUDA 12 packages are `cuda_*/`, CUDA 13's one `cu13/`; CUDA 13 keeps libcu++
+    # (cuda/std/...) under include/cccl.
+    roots = glob.glob(f"{PIP}/cu*") + ["/usr/local/cuda"]
+    includes = os.environ.get("CUDA_INCLUDE", "").split(":") + [
+        d for root in roots for d in (f"{root}/include", f"{root}/include/cccl") if os.path.isdir(d)]
+    # CUDA 13's cuobjdump runs nvdisasm, which sits beside it.
+    cuobjdump_env = dict(os.environ, PATH=f"{os.path.dirname(cuobjdump)}:{os.environ.get('PATH', '')}")
     options = [f"--gpu-architecture={arch}", "-lineinfo"] + [f"--include-path={d}" for d in includes if d]
     out.mkdir(parents=True, exist_ok=True)
     seen = set()
@@ -128,10 +129,8 @@ def main():
         print("   " + " ".join(l.split("info    :")[-1].strip() for l in built.stderr.splitlines()
                                if "registers" in l or "spill" in l))
         if built.returncode == 0:
-            # CUDA 13's cuobjdump runs nvdisasm, which sits beside it.
-            env = dict(os.environ, PATH=f"{os.path.dirname(cuobjdump)}:{os.environ.get('PATH', '')}")
             sass = subprocess.run([cuobjdump, "-sass", str(stem.with_suffix(".cubin"))],
-                                  capture_output=True, text=True, env=env).stdout
+                                  capture_output=True, text=True, env=cuobjdump_env).stdout
             stem.with_suffix(".sass").write_text(sass)
             print("   " + loop_mix(sass))
     print(f"{n} kernels")
