@@ -37,11 +37,11 @@ pub struct Args {
     /// cut into 1–33 slices (CUDA), each checked against the reference.
     #[arg(long)]
     sweep_attention: bool,
-    /// Also time the GEMV (1 row) at the AR step's weight shapes (`--sweep-gemv lm_head,down`:
-    /// some of qkv, o_proj, gate_up, down, lm_head) with 1–8 planes per feature (CUDA), each
-    /// checked against burn's matmul.
+    /// Also time the GEMV (1 row) at the AR step's weight shapes, all or those named
+    /// (`--sweep-gemv lm_head,down`), with 1–8 planes per feature (CUDA), each checked against
+    /// burn's matmul.
     #[arg(long, num_args = 0.., value_delimiter = ',',
-          value_parser = ["qkv", "o_proj", "gate_up", "down", "lm_head"])]
+          value_parser = clap::builder::PossibleValuesParser::new(GEMV_SHAPES.map(|shape| shape.0)))]
     sweep_gemv: Option<Vec<String>>,
     /// Run only this group of checks.
     #[arg(long, value_enum)]
@@ -848,6 +848,16 @@ fn seconds_per_launch<B: KernelOps>(
     Ok(s.median_ms / 1e3 / launches as f64)
 }
 
+/// The AR step's weight shapes of Qwen3-8B that `--sweep-gemv` can time: name, output features,
+/// input features, whether the output is the fused gate/up that SwiGLU halves.
+const GEMV_SHAPES: [(&str, usize, usize, bool); 5] = [
+    ("qkv", 6144, 4096, false),
+    ("o_proj", 4096, 4096, false),
+    ("gate_up", 24576, 4096, true),
+    ("down", 4096, 12288, false),
+    ("lm_head", 151936, 4096, false),
+];
+
 /// The GEMV with 1, 2, 4 and 8 planes per feature at an AR step's weight shapes of Qwen3-8B
 /// (QKV, o_proj, the fused gate/up with its SwiGLU, down, the LM head; all, or those `names`
 /// lists): each checked against burn's matmul (and the activation), then timed like `bandwidth`;
@@ -857,13 +867,7 @@ fn sweep_gemv(checks: &mut Checks, names: &[String]) -> Result<(), Error> {
     use ddtree_kernels::cube::linear::GEMV_K_PLANES;
     use ddtree_kernels::cube::{Cuda, linear_rows_with};
     let device = Default::default();
-    for (name, n, k, swiglu) in [
-        ("qkv", 6144, 4096, false),
-        ("o_proj", 4096, 4096, false),
-        ("gate_up", 24576, 4096, true),
-        ("down", 4096, 12288, false),
-        ("lm_head", 151936, 4096, false),
-    ] {
+    for (name, n, k, swiglu) in GEMV_SHAPES {
         if !names.is_empty() && !names.iter().any(|n| n == name) {
             continue;
         }
