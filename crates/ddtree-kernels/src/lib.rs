@@ -238,14 +238,20 @@ pub trait KernelOps: Backend {
         reference::sigmoid_mul(x, gate)
     }
 
-    /// Gated DeltaNet decay `g` and `β` from the `a`, `b` projections ([`reference::gdn_gates`]).
+    /// Gated DeltaNet decay `g` and `β` ([`reference::gdn_gates`]) from the layer's input
+    /// projection `proj: [rows, ·]`: `b` is its columns `at..at + heads` and `a` the `heads`
+    /// columns after them (`heads` = `a_log`'s length). The projection and an offset rather than
+    /// column slices, so that a backend can read the columns in place: burn's CubeCL backends
+    /// copy a slice whose byte offsets are not multiples of the memory alignment (512 on CUDA).
     fn gdn_gates(
-        a: Tensor<Self, 2>,
-        b: Tensor<Self, 2>,
+        proj: Tensor<Self, 2>,
+        at: usize,
         a_log: Tensor<Self, 1>,
         dt_bias: Tensor<Self, 1>,
     ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
-        reference::gdn_gates(a, b, a_log, dt_bias)
+        let heads = a_log.dims()[0];
+        let b = columns(proj.clone(), at, heads);
+        reference::gdn_gates(columns(proj, at + heads, heads), b, a_log, dt_bias)
     }
 
     /// The Gated DeltaNet's conv stage over `[history; first C columns of block]`: causal conv +
@@ -302,14 +308,18 @@ pub trait KernelOps: Backend {
     }
 
     /// `rms_norm(x, weight) ⊙ silu(z)` over each `weight`-wide group of a row
-    /// ([`reference::gated_rms_norm`]).
+    /// ([`reference::gated_rms_norm`]), `z` the columns `z_at..z_at + width` of `proj: [rows, ·]`
+    /// (`width` = `x`'s; the layer's input projection, read in place where the backend can, as in
+    /// [`KernelOps::gdn_gates`]).
     fn gated_rms_norm(
         x: Tensor<Self, 2>,
-        z: Tensor<Self, 2>,
+        proj: Tensor<Self, 2>,
+        z_at: usize,
         weight: Tensor<Self, 1>,
         eps: f64,
     ) -> Tensor<Self, 2> {
-        reference::gated_rms_norm(x, z, weight, eps)
+        let width = x.dims()[1];
+        reference::gated_rms_norm(x, columns(proj, z_at, width), weight, eps)
     }
 
     /// Row-wise argmax of `[rows, vocab]` logits ([`reference::argmax`]).
@@ -353,4 +363,10 @@ pub fn gate_up_silu_unfused<B: KernelOps>(x: Tensor<B, 2>, gate_up: Tensor<B, 2>
     let gate = both.clone().slice([0..rows, 0..inter]);
     let up = both.slice([0..rows, inter..2 * inter]);
     B::silu_mul(gate, up)
+}
+
+/// Columns `from..from + width` of `t: [rows, ·]`.
+pub(crate) fn columns<B: Backend>(t: Tensor<B, 2>, from: usize, width: usize) -> Tensor<B, 2> {
+    let rows = t.dims()[0];
+    t.slice([0..rows, from..from + width])
 }

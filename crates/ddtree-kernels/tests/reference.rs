@@ -261,6 +261,7 @@ fn gate_norm_and_activation_ops_match_definition() {
     let got = B::gated_rms_norm(
         tensor(&x, [rows, dim]),
         tensor(&z, [rows, dim]),
+        0,
         tensor(&w, [dim]),
         eps,
     );
@@ -286,12 +287,9 @@ fn gdn_gates_match_definition_across_the_softplus_threshold() {
             beta.push(1.0 / (1.0 + (-b[r * heads + h]).exp()));
         }
     }
-    let (got_g, got_beta) = B::gdn_gates(
-        tensor(&a, [2, heads]),
-        tensor(&b, [2, heads]),
-        tensor(&a_log, [heads]),
-        tensor(&dt_bias, [heads]),
-    );
+    // The projection's rows as the layer has them: `b`, then `a`.
+    let proj = Tensor::cat(vec![tensor(&b, [2, heads]), tensor(&a, [2, heads])], 1);
+    let (got_g, got_beta) = B::gdn_gates(proj, 0, tensor(&a_log, [heads]), tensor(&dt_bias, [heads]));
     assert_close(&values(got_g), &g, 1e-12);
     assert_close(&values(got_beta), &beta, 1e-12);
 }

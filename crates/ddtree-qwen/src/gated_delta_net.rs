@@ -129,10 +129,9 @@ impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
         let s = self.shape;
         let n = x.dims()[0];
         let h = s.heads;
-        let (c, vw, heads) = (h.channels(), h.value_width(), h.value_heads);
+        let (c, vw) = (h.channels(), h.value_width());
+        // `[conv channels | z | b | a]` per row; the ops read their columns in place.
         let proj = self.in_proj.forward(x);
-        let cols = |from: usize, width: usize| proj.clone().slice([0..n, from..from + width]);
-        let (z, b, a) = (cols(c, vw), cols(c + vw, heads), cols(c + vw + heads, heads));
 
         let windows = block
             .conv_windows
@@ -146,7 +145,7 @@ impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
             h,
         );
         let (q, k, v) = (conv.q, conv.k, conv.v);
-        let (g, beta) = B::gdn_gates(a, b, self.a_log.clone(), self.dt_bias.clone());
+        let (g, beta) = B::gdn_gates(proj.clone(), c + vw, self.a_log.clone(), self.dt_bias.clone());
 
         let (out, last) = B::gated_delta_rule(
             q.clone(),
@@ -164,7 +163,7 @@ impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
             self.pending = None;
         } else {
             self.pending = Some(Pending {
-                block: proj,
+                block: proj.clone(),
                 q,
                 k,
                 v,
@@ -172,8 +171,8 @@ impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
                 beta,
             });
         }
-        // Normalised per value head; `z` stays a view of the projection.
-        B::gated_rms_norm(out.reshape([n, vw]), z, self.norm_weight.clone(), self.eps)
+        // Normalised per value head, gated by the projection's `z` columns.
+        B::gated_rms_norm(out.reshape([n, vw]), proj, c, self.norm_weight.clone(), self.eps)
     }
 
     fn out_proj(&self) -> &Linear<B> {

@@ -109,37 +109,38 @@ fn row_value<F: Float>(
 
 /// One unit per (row, value head) of `len = rows · heads`: the decay (log space)
 /// `g = −e^{a_log[h]} · softplus(a + dt_bias[h])` (softplus linear above 20, as PyTorch's) and
-/// `β = 1 / (1 + e^{−b})`, in f32. `a` and `b` are row views (row strides `a_stride`, `b_stride`:
-/// columns of the layer's input projection); `g, beta: [rows, heads]` dense.
+/// `β = 1 / (1 + e^{−b})`, in f32, read in place from the layer's input projection `proj` (row
+/// stride `stride`): `b` at columns `b_at..b_at + heads`, `a` the `heads` after them;
+/// `g, beta: [rows, heads]` dense.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn gates<F: Float>(
-    a: &Array<F>,
-    b: &Array<F>,
+    proj: &Array<F>,
     a_log: &Array<F>,
     dt_bias: &Array<F>,
     g: &mut Array<F>,
     beta: &mut Array<F>,
     len: usize,
     heads: usize,
-    a_stride: usize,
-    b_stride: usize,
+    stride: usize,
+    b_at: usize,
 ) {
     let i = ABSOLUTE_POS;
     if i < len {
         let (row, h) = (i / heads, i % heads);
-        let x = f32::cast_from(a[row * a_stride + h]) + f32::cast_from(dt_bias[h]);
+        let b_col = row * stride + b_at + h;
+        let x = f32::cast_from(proj[b_col + heads]) + f32::cast_from(dt_bias[h]);
         let softplus = select(x > 20.0, x, f32::log1p(f32::exp(x)));
         g[i] = F::cast_from(softplus * (0.0 - f32::exp(f32::cast_from(a_log[h]))));
-        let bv = f32::cast_from(b[row * b_stride + h]);
+        let bv = f32::cast_from(proj[b_col]);
         beta[i] = F::cast_from(1.0 / (1.0 + f32::exp(0.0 - bv)));
     }
 }
 
 /// `y = x / sqrt(mean(x²) + eps) · weight · silu(z)` over each `dim`-wide group (value head) of
-/// the rows of `x, y: [rows, groups · dim]` (dense) and `z` (a row view, row stride `z_stride`:
-/// columns of the layer's input projection), `weight: [dim]`, in f32. Launch `(groups, rows)`
-/// cubes of `planes` planes.
+/// the rows of `x, y: [rows, groups · dim]` (dense) and `z` (columns `z_at..` of the layer's input
+/// projection, read in place: row stride `z_stride`), `weight: [dim]`, in f32. Launch
+/// `(groups, rows)` cubes of `planes` planes.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn gated_rms_norm_rows<F: Float>(
@@ -149,12 +150,13 @@ pub fn gated_rms_norm_rows<F: Float>(
     y: &mut Array<F>,
     dim: usize,
     z_stride: usize,
+    z_at: usize,
     eps: f32,
     #[comptime] planes: usize,
 ) {
     let (group, row) = (CUBE_POS_X as usize, CUBE_POS_Y as usize);
     let base = (row * CUBE_COUNT_X as usize + group) * dim;
-    let z_base = row * z_stride + group * dim;
+    let z_base = row * z_stride + z_at + group * dim;
     let mut squares = 0.0f32;
     let mut i = UNIT_POS as usize;
     while i < dim {

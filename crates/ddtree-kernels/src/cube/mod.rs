@@ -553,38 +553,44 @@ where
     }
 
     fn gdn_gates(
-        a: Tensor<Self, 2>,
-        b: Tensor<Self, 2>,
+        proj: Tensor<Self, 2>,
+        at: usize,
         a_log: Tensor<Self, 1>,
         dt_bias: Tensor<Self, 1>,
     ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
-        let [rows, heads] = a.dims();
-        if rows == 0 {
-            return crate::reference::gdn_gates(a, b, a_log, dt_bias);
-        }
-        // Columns of the input projection, read in place.
-        let (a, b) = (row_view(a), row_view(b));
+        let [rows, width] = proj.dims();
+        let heads = a_log.dims()[0];
+        assert!(
+            at + 2 * heads <= width,
+            "gdn_gates: columns {at}..{} past the projection's {width}",
+            at + 2 * heads
+        );
+        // The `b` and `a` columns read in place from the projection.
+        let proj = row_view(proj);
         let (a_log, dt_bias) = (cube(a_log), cube(dt_bias));
-        let g = contiguous::<R, F, _>(&a, [rows, heads]);
-        let beta = contiguous::<R, F, _>(&a, [rows, heads]);
+        let g = contiguous::<R, F, _>(&proj, [rows, heads]);
+        let beta = contiguous::<R, F, _>(&proj, [rows, heads]);
         let len = rows * heads;
+        if len == 0 {
+            return (float(g), float(beta));
+        }
         let (count, dim) = elementwise_grid(len);
-        // SAFETY: `a` and `b` cover `rows` rows of their strides, `[heads]` vectors, dense outputs.
+        // SAFETY: `proj` covers `rows` rows of its stride with columns `at..at + 2·heads` inside
+        // them (checked above), `[heads]` vectors, dense outputs.
         unsafe {
             gdn::gates::launch_unchecked::<F, R>(
-                &a.client,
+                &proj.client,
                 count,
                 dim,
-                view_array(&a),
-                view_array(&b),
+                view_array(&proj),
                 array(&a_log),
                 array(&dt_bias),
                 array(&g),
                 array(&beta),
                 len,
                 heads,
-                a.meta.strides()[0],
-                b.meta.strides()[0],
+                proj.meta.strides()[0],
+                at,
             );
         }
         (float(g), float(beta))
@@ -592,17 +598,25 @@ where
 
     fn gated_rms_norm(
         x: Tensor<Self, 2>,
-        z: Tensor<Self, 2>,
+        proj: Tensor<Self, 2>,
+        z_at: usize,
         weight: Tensor<Self, 1>,
         eps: f64,
     ) -> Tensor<Self, 2> {
         let [rows, width] = x.dims();
         let dim = weight.dims()[0];
+        assert!(
+            z_at + width <= proj.dims()[1],
+            "gated_rms_norm: columns {z_at}..{} past the projection's {}",
+            z_at + width,
+            proj.dims()[1]
+        );
         if rows == 0 || dim == 0 || !width.is_multiple_of(dim) {
+            let z = crate::columns(proj, z_at, width);
             return crate::reference::gated_rms_norm(x, z, weight, eps);
         }
         // `z` (columns of the input projection) is read in place.
-        let (x, z, w) = (cube(x), row_view(z), cube(weight));
+        let (x, z, w) = (cube(x), row_view(proj), cube(weight));
         let y = contiguous::<R, F, _>(&x, [rows, width]);
         let (cube_dim, planes) = cube_of(&x.client, dim as u32);
         // SAFETY: dense `[rows, width]` x and y, `z` covering `rows` rows of its stride, a `[dim]`
@@ -618,6 +632,7 @@ where
                 array(&y),
                 dim,
                 z.meta.strides()[0],
+                z_at,
                 eps as f32,
                 planes,
             );

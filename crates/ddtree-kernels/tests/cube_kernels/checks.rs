@@ -736,12 +736,7 @@ fn gated_delta_rule_reads_column_views() {
         // The gates from their projections, as the layer computes them.
         let a_log = tensor::<Gpu, 1>(&values(82, heads, 1.0), [heads], &device);
         let dt_bias = tensor::<Gpu, 1>(&values(83, heads, 1.0), [heads], &device);
-        let (g, beta) = Gpu::gdn_gates(
-            cols(3 + 2 * kw + vw + heads, heads),
-            cols(3 + 2 * kw + vw, heads),
-            a_log,
-            dt_bias,
-        );
+        let (g, beta) = Gpu::gdn_gates(all.clone(), 3 + 2 * kw + vw, a_log, dt_bias);
         let views = (
             cols(3, kw).reshape([n, key_heads, dk]),
             cols(3 + kw, kw).reshape([n, key_heads, dk]),
@@ -989,8 +984,9 @@ fn gdn_conv_commit_matches_reference() {
     }
 }
 
-/// The decay and β gates from column views of a projection (as the layer slices them), with
-/// `a + dt_bias` on both sides of softplus's linear threshold (20) and far below zero.
+/// The decay and β gates read in place from a projection (as the layer passes it: `b` from
+/// column 5, then `a`), with `a + dt_bias` on both sides of softplus's linear threshold (20) and
+/// far below zero.
 #[test]
 fn gdn_gates_match_reference() {
     let device = gpu();
@@ -1006,15 +1002,15 @@ fn gdn_gates_match_reference() {
         let dt_bias = values(52, heads, 1.0);
         let all = tensor::<Cpu, 2>(&projection, [rows, width], &cpu);
         let (want_g, want_beta) = Cpu::gdn_gates(
-            all.clone().slice([0..rows, 5 + heads..5 + 2 * heads]),
-            all.slice([0..rows, 5..5 + heads]),
+            all,
+            5,
             tensor(&a_log, [heads], &cpu),
             tensor(&dt_bias, [heads], &cpu),
         );
         let all = tensor::<Gpu, 2>(&projection, [rows, width], &device);
         let (g, beta) = Gpu::gdn_gates(
-            all.clone().slice([0..rows, 5 + heads..5 + 2 * heads]),
-            all.slice([0..rows, 5..5 + heads]),
+            all,
+            5,
             tensor(&a_log, [heads], &device),
             tensor(&dt_bias, [heads], &device),
         );
@@ -1026,8 +1022,8 @@ fn gdn_gates_match_reference() {
 }
 
 /// The gated RMSNorm over value heads: per row (one group), and per `dim`-wide group of a row
-/// with `z` a column view of a projection (as the layer passes it) — Qwen3.6's head size, a width
-/// past one cube's planes on lavapipe, a ragged one.
+/// with `z` columns of a projection read in place (as the layer passes it) — Qwen3.6's head size,
+/// a width past one cube's planes on lavapipe, a ragged one.
 #[test]
 fn gated_rms_norm_matches_reference() {
     let device = gpu();
@@ -1037,16 +1033,17 @@ fn gated_rms_norm_matches_reference() {
         let x = values(60, rows * width, 3.0);
         let projection = values(61, rows * (width + 5), 6.0);
         let w = values(62, dim, 2.0);
-        let cols = 3..3 + width;
         let want = host_f32(Cpu::gated_rms_norm(
             tensor(&x, [rows, width], &cpu),
-            tensor::<Cpu, 2>(&projection, [rows, width + 5], &cpu).slice([0..rows, cols.clone()]),
+            tensor::<Cpu, 2>(&projection, [rows, width + 5], &cpu),
+            3,
             tensor(&w, [dim], &cpu),
             1e-6,
         ));
         let got = host_f32(Gpu::gated_rms_norm(
             tensor(&x, [rows, width], &device),
-            tensor::<Gpu, 2>(&projection, [rows, width + 5], &device).slice([0..rows, cols]),
+            tensor::<Gpu, 2>(&projection, [rows, width + 5], &device),
+            3,
             tensor(&w, [dim], &device),
             1e-6,
         ));
