@@ -565,15 +565,16 @@ where
             "gdn_gates: columns {at}..{} past the projection's {width}",
             at + 2 * heads
         );
+        if rows == 0 || heads == 0 {
+            let b = crate::columns(proj.clone(), at, heads);
+            return crate::reference::gdn_gates(crate::columns(proj, at + heads, heads), b, a_log, dt_bias);
+        }
         // The `b` and `a` columns read in place from the projection.
         let proj = row_view(proj);
         let (a_log, dt_bias) = (cube(a_log), cube(dt_bias));
         let g = contiguous::<R, F, _>(&proj, [rows, heads]);
         let beta = contiguous::<R, F, _>(&proj, [rows, heads]);
         let len = rows * heads;
-        if len == 0 {
-            return (float(g), float(beta));
-        }
         let (count, dim) = elementwise_grid(len);
         // SAFETY: `proj` covers `rows` rows of its stride with columns `at..at + 2·heads` inside
         // them (checked above), `[heads]` vectors, dense outputs.
