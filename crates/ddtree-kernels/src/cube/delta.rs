@@ -13,24 +13,27 @@ pub const FROM_SLOT: u32 = 2;
 /// A row whose column no later row needs saved ([`Walk::save`]).
 pub const NO_SLOT: u32 = u32::MAX;
 
-/// One unit per (value head `h`, state column `j`): every column of a head's state
-/// `S: [dk, dv]` evolves on its own —
+/// `parts` units per (value head `h`, state column `j`), each holding `dk / parts` entries of
+/// the column: every column of a head's state `S: [dk, dv]` evolves on its own —
 ///
 /// `S'[:, j] = e^g S[:, j] + k · β (v_j − e^g S[:, j]ᵀ k)`, `out_j = S'[:, j]ᵀ q` —
 ///
-/// so the unit walks the rows in depth-first `order`, each continuing the column its `load`
-/// entry names ([`FROM_PREVIOUS`], [`FROM_STATE`] or a slot) and saving its own into slot
-/// `save` when a later row needs it (a row with several children): `slots · dk` local values,
+/// and `out_j = e^g S[:, j]ᵀ q + β (v_j − …) kᵀq`, so each row needs one reduction across the
+/// column's units, of three partial sums at once (`Sᵀk`, `Sᵀq`, `kᵀq`, by `plane_shuffle_xor`).
+/// The units walk the rows in depth-first `order`, each continuing the column its `load` entry
+/// names ([`FROM_PREVIOUS`], [`FROM_STATE`] or a slot) and saving its own into slot `save` when a
+/// later row needs it (a row with several children): `slots · dk / parts` local values per unit,
 /// none for a sequence. One launch for the whole tree, where the reference issues a dozen tensor
-/// ops per row. Arithmetic in f32.
+/// ops per row. Arithmetic in f32. Splitting the column keeps the serial part of a row short
+/// (`dk / parts` products, `log2 parts` shuffles) and gives the device `parts` times the units.
 ///
 /// `q, k: [n, key_heads, dk]` (value head `h` reads key head `h / (heads / key_heads)`),
 /// `v, out: [n, heads, dv]`, `g, beta: [n, heads]`, `state, last: [heads, dk, dv]`, all dense;
 /// the walk visits `steps` rows (all `n`, or a path of them: a commit's replay reads the
 /// accepted rows in place) and `last` receives the state after row `last_row`. The state has
-/// its own type `S`: f32 keeps the
-/// recurrence exact across launches (an AR step's state then matches a verify's bit for bit).
-/// Launch one unit per `(h, j)`.
+/// its own type `S`: f32 keeps the recurrence exact across launches (an AR step's state then
+/// matches a verify's bit for bit). `parts` is a power of two dividing `dk`, at most the plane
+/// size; launch `heads · dv · parts` units in cubes of whole planes.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn gated_delta_rule<F: Float, S: Float>(
@@ -51,50 +54,76 @@ pub fn gated_delta_rule<F: Float, S: Float>(
     key_heads: usize,
     dv: usize,
     #[comptime] dk: usize,
+    #[comptime] parts: usize,
     #[comptime] slots: usize,
 ) {
-    let unit = ABSOLUTE_POS;
-    if unit < heads * dv {
-        let h = unit / dv;
-        let j = unit % dv;
-        let kh = h / (heads / key_heads);
-        let mut saved = Array::<f32>::new(comptime!(slots.max(1) * dk));
-        let mut column = Array::<f32>::new(dk);
-        for i in 0..steps {
-            let row = order[i] as usize;
-            let from = load[i];
-            let decay = f32::exp(f32::cast_from(g[row * heads + h]));
-            let key = (row * key_heads + kh) * dk;
-            let mut predicted = 0.0f32;
+    let width = comptime!(dk / parts);
+    let units = heads * dv * parts;
+    // Every unit of a plane takes part in the shuffles: one past the end redoes the last
+    // column's work and writes nothing.
+    let active = ABSOLUTE_POS < units;
+    let unit = if active { ABSOLUTE_POS } else { units - 1 };
+    let part = unit % parts;
+    let h = unit / parts / dv;
+    let j = unit / parts % dv;
+    let kh = h / (heads / key_heads);
+    let first = part * width;
+    let mut saved = Array::<f32>::new(comptime!(slots.max(1) * width));
+    let mut column = Array::<f32>::new(width);
+    let mut key = Array::<f32>::new(width);
+    for i in 0..steps {
+        let row = order[i] as usize;
+        let from = load[i];
+        if from == FROM_STATE {
             #[unroll]
-            for e in 0..dk {
-                let mut s = column[e];
-                if from == FROM_STATE {
-                    s = f32::cast_from(state[(h * dk + e) * dv + j]);
-                } else if from >= FROM_SLOT {
-                    s = saved[(from - FROM_SLOT) as usize * dk + e];
-                }
-                s *= decay;
-                column[e] = s;
-                predicted += s * f32::cast_from(k[key + e]);
+            for e in 0..width {
+                column[e] = f32::cast_from(state[(h * dk + first + e) * dv + j]);
             }
-            let delta = f32::cast_from(beta[row * heads + h])
-                * (f32::cast_from(v[(row * heads + h) * dv + j]) - predicted);
-            let to = save[i];
-            let mut o = 0.0f32;
+        } else if from >= FROM_SLOT {
+            let slot = (from - FROM_SLOT) as usize * width;
             #[unroll]
-            for e in 0..dk {
-                let s = column[e] + f32::cast_from(k[key + e]) * delta;
-                column[e] = s;
-                o += s * f32::cast_from(q[key + e]);
-                if to != NO_SLOT {
-                    saved[to as usize * dk + e] = s;
-                }
-                if row == last_row {
-                    last[(h * dk + e) * dv + j] = S::cast_from(s);
-                }
+            for e in 0..width {
+                column[e] = saved[slot + e];
             }
-            out[(row * heads + h) * dv + j] = F::cast_from(o);
+        }
+        let at = (row * key_heads + kh) * dk + first;
+        let mut sk = 0.0f32;
+        let mut sq = 0.0f32;
+        let mut kq = 0.0f32;
+        #[unroll]
+        for e in 0..width {
+            let ke = f32::cast_from(k[at + e]);
+            let qe = f32::cast_from(q[at + e]);
+            key[e] = ke;
+            sk += column[e] * ke;
+            sq += column[e] * qe;
+            kq += ke * qe;
+        }
+        let mut mask = 1u32;
+        #[unroll]
+        for _ in 0..comptime!(parts.trailing_zeros() as usize) {
+            sk += plane_shuffle_xor(sk, mask);
+            sq += plane_shuffle_xor(sq, mask);
+            kq += plane_shuffle_xor(kq, mask);
+            mask *= 2;
+        }
+        let decay = f32::exp(f32::cast_from(g[row * heads + h]));
+        let delta = f32::cast_from(beta[row * heads + h])
+            * (f32::cast_from(v[(row * heads + h) * dv + j]) - decay * sk);
+        let to = save[i];
+        #[unroll]
+        for e in 0..width {
+            let s = column[e] * decay + key[e] * delta;
+            column[e] = s;
+            if to != NO_SLOT {
+                saved[to as usize * width + e] = s;
+            }
+            if row == last_row && active {
+                last[(h * dk + first + e) * dv + j] = S::cast_from(s);
+            }
+        }
+        if part == 0 && active {
+            out[(row * heads + h) * dv + j] = F::cast_from(decay * sq + delta * kq);
         }
     }
 }

@@ -677,9 +677,11 @@ fn delta_rule_with_state<R: CubeRuntime, F: FloatElement, S: FloatElement>(
     let client = q.client.clone();
     let out = contiguous::<R, F, _>(&v, [n, heads, dv]);
     let last = contiguous::<R, S, _>(&state, [heads, dk, dv]);
-    let (count, dim) = elementwise_grid(heads * dv);
+    let parts = delta_parts(&client, dk);
+    let (count, dim) = elementwise_grid(heads * dv * parts);
     // SAFETY: dense inputs of the documented shapes, a walk of `n` rows whose slots are below
-    // `slots`, dense outputs; `state` holds `S` values.
+    // `slots`, dense outputs; `state` holds `S` values; `parts` divides `dk` and the plane, and
+    // the cubes are whole planes.
     unsafe {
         delta::gated_delta_rule::launch_unchecked::<F, S, R>(
             &client,
@@ -702,11 +704,28 @@ fn delta_rule_with_state<R: CubeRuntime, F: FloatElement, S: FloatElement>(
             key_heads,
             dv,
             dk,
+            parts,
             walk.slots.next_power_of_two(),
         );
     }
     (out, last)
 }
+
+/// Units per state column in [`delta::gated_delta_rule()`]: [`DELTA_PARTS`], or fewer where the
+/// smallest plane or `dk` is not a multiple of it (one unit per column needs no shuffle).
+fn delta_parts<R: CubeRuntime>(client: &ComputeClient<R>, dk: usize) -> usize {
+    let plane = client.properties().hardware.plane_size_min as usize;
+    let mut parts = DELTA_PARTS.min(plane.max(1));
+    while parts > 1 && !(dk.is_multiple_of(parts) && plane.is_multiple_of(parts)) {
+        parts /= 2;
+    }
+    parts
+}
+
+/// Units per state column of the delta rule: 8 split a 128-entry column into 16 products per
+/// unit and a row's reduction into three shuffles, and give Qwen3.6-27B's 48 × 128 columns
+/// about 12 planes per streaming multiprocessor of the H200.
+const DELTA_PARTS: usize = 8;
 
 /// Saved columns [`delta::gated_delta_rule()`] keeps per unit: one per branching row on a path
 /// (a draft tree is at most 17 deep; a sequence needs none).
