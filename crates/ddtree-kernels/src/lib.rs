@@ -249,9 +249,7 @@ pub trait KernelOps: Backend {
         a_log: Tensor<Self, 1>,
         dt_bias: Tensor<Self, 1>,
     ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
-        let heads = a_log.dims()[0];
-        let b = columns(proj.clone(), at, heads);
-        reference::gdn_gates(columns(proj, at + heads, heads), b, a_log, dt_bias)
+        gdn_gates_sliced(proj, at, a_log, dt_bias)
     }
 
     /// The Gated DeltaNet's conv stage over `[history; first C columns of block]`: causal conv +
@@ -318,8 +316,7 @@ pub trait KernelOps: Backend {
         weight: Tensor<Self, 1>,
         eps: f64,
     ) -> Tensor<Self, 2> {
-        let width = x.dims()[1];
-        reference::gated_rms_norm(x, columns(proj, z_at, width), weight, eps)
+        gated_rms_norm_sliced(x, proj, z_at, weight, eps)
     }
 
     /// Row-wise argmax of `[rows, vocab]` logits ([`reference::argmax`]).
@@ -365,8 +362,34 @@ pub fn gate_up_silu_unfused<B: KernelOps>(x: Tensor<B, 2>, gate_up: Tensor<B, 2>
     B::silu_mul(gate, up)
 }
 
+/// [`KernelOps::gdn_gates`] on column slices: the `b` columns `at..at + heads`, the `a` columns
+/// after them, then the reference.
+pub fn gdn_gates_sliced<B: Backend>(
+    proj: Tensor<B, 2>,
+    at: usize,
+    a_log: Tensor<B, 1>,
+    dt_bias: Tensor<B, 1>,
+) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let heads = a_log.dims()[0];
+    let b = columns(proj.clone(), at, heads);
+    reference::gdn_gates(columns(proj, at + heads, heads), b, a_log, dt_bias)
+}
+
+/// [`KernelOps::gated_rms_norm`] on a column slice: `z` is the columns `z_at..z_at + width` of
+/// `proj`, then the reference.
+pub fn gated_rms_norm_sliced<B: Backend>(
+    x: Tensor<B, 2>,
+    proj: Tensor<B, 2>,
+    z_at: usize,
+    weight: Tensor<B, 1>,
+    eps: f64,
+) -> Tensor<B, 2> {
+    let width = x.dims()[1];
+    reference::gated_rms_norm(x, columns(proj, z_at, width), weight, eps)
+}
+
 /// Columns `from..from + width` of `t: [rows, ·]`.
-pub(crate) fn columns<B: Backend>(t: Tensor<B, 2>, from: usize, width: usize) -> Tensor<B, 2> {
+fn columns<B: Backend>(t: Tensor<B, 2>, from: usize, width: usize) -> Tensor<B, 2> {
     let rows = t.dims()[0];
     t.slice([0..rows, from..from + width])
 }

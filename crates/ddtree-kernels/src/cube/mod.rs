@@ -566,8 +566,7 @@ where
             at + 2 * heads
         );
         if rows == 0 || heads == 0 {
-            let b = crate::columns(proj.clone(), at, heads);
-            return crate::reference::gdn_gates(crate::columns(proj, at + heads, heads), b, a_log, dt_bias);
+            return crate::gdn_gates_sliced(proj, at, a_log, dt_bias);
         }
         // The `b` and `a` columns read in place from the projection.
         let proj = row_view(proj);
@@ -613,8 +612,7 @@ where
             proj.dims()[1]
         );
         if rows == 0 || dim == 0 || !width.is_multiple_of(dim) {
-            let z = crate::columns(proj, z_at, width);
-            return crate::reference::gated_rms_norm(x, z, weight, eps);
+            return crate::gated_rms_norm_sliced(x, proj, z_at, weight, eps);
         }
         // `z` (columns of the input projection) is read in place.
         let (x, z, w) = (cube(x), row_view(proj), cube(weight));
