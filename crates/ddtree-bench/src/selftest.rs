@@ -54,6 +54,9 @@ enum Group {
     /// What a commit runs: the KV-cache compaction, the delta rule's replay along the accepted
     /// path and the conv rows kept.
     Commit,
+    /// The Gated DeltaNet's kernels: the delta rule over a tree and a sequence, the conv stage,
+    /// gates and gated norm, and the commit checks.
+    GatedDeltaNet,
 }
 
 /// Uploads host values to the device and reads back what it holds (rounded to its float type).
@@ -162,9 +165,18 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         );
     }
 
-    if args.only == Some(Group::Commit) {
-        commit_checks::<B>(device, &mut checks);
-        return checks.verdict();
+    match args.only {
+        Some(Group::Commit) => {
+            commit_checks::<B>(device, &mut checks);
+            return checks.verdict();
+        }
+        Some(Group::GatedDeltaNet) => {
+            delta_rule_checks::<B>(device, &mut checks);
+            gdn_checks::<B>(device, &mut checks);
+            commit_checks::<B>(device, &mut checks);
+            return checks.verdict();
+        }
+        None => {}
     }
     for (rows, k, n) in [
         (1, 4096, 4096),
@@ -524,8 +536,19 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             json!({ "check": format!("{name} ids (up to ties)"), "exact": exact, "ok": exact })
         );
     }
-    // The gated delta rule at Qwen3.5's linear-attention heads (16 key / 32 value heads × 128):
-    // a 65-row draft tree (random parents) and a 40-row sequence.
+    delta_rule_checks::<B>(device, &mut checks);
+    gdn_checks::<B>(device, &mut checks);
+    commit_checks::<B>(device, &mut checks);
+    if !args.no_bandwidth {
+        bandwidth::<B>(device, "linear", &[1, 65], <B as KernelOps>::linear)?;
+    }
+    checks.verdict()
+}
+
+/// The gated delta rule at Qwen3.5's linear-attention heads (16 key / 32 value heads × 128): a
+/// 65-row draft tree (random parents) and a 40-row sequence, whose f32 state must come out the
+/// same, bit for bit, when the rows arrive one call at a time.
+fn delta_rule_checks<B: KernelOps>(device: &B::Device, checks: &mut Checks) {
     for (case, rows) in [("tree", 65), ("sequence", 40)] {
         let (key_heads, heads, dk, dv) = (16, 32, 128, 128);
         let mut rng = StdRng::seed_from_u64(23);
@@ -612,12 +635,6 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             );
         }
     }
-    gdn_checks::<B>(device, &mut checks);
-    commit_checks::<B>(device, &mut checks);
-    if !args.no_bandwidth {
-        bandwidth::<B>(device, "linear", &[1, 65], <B as KernelOps>::linear)?;
-    }
-    checks.verdict()
 }
 
 /// What a commit runs, at real shapes: the KV caches' compaction (Qwen3-8B's 8 × 128 and
