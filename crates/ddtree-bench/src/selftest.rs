@@ -37,6 +37,11 @@ pub struct Args {
     /// cut into 1–33 slices (CUDA), each checked against the reference.
     #[arg(long)]
     sweep_attention: bool,
+    /// Also time the gated delta rule at Qwen3.6-27B's heads for an AR row, a 65-row draft tree
+    /// and a 2048-row prefill with 1–32 units per state column (CUDA), each checked against the
+    /// reference.
+    #[arg(long)]
+    sweep_delta: bool,
     /// Also time the GEMV (1 row) at the AR step's weight shapes, all or those named
     /// (`--sweep-gemv lm_head,down`), with 1–8 planes per feature (CUDA), each checked against
     /// burn's matmul.
@@ -200,6 +205,9 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         }
         if let Some(names) = &args.sweep_gemv {
             sweep_gemv(&mut checks, names)?;
+        }
+        if args.sweep_delta {
+            sweep_delta(&mut checks)?;
         }
     }
     for (rows, hidden) in [(1, 4096), (17, 4096), (3, 100)] {
@@ -545,6 +553,52 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
     checks.verdict()
 }
 
+/// Random inputs of the gated delta rule, `rows` rows of `[key_heads, heads, dk, dv]`: q, k, v,
+/// g, β and the state on the device, then the same as the device holds them on the CPU. Keys and
+/// queries are L2-normalised (as in the model), `g` in [−0.5, 0), `β` in [0.5, 1).
+#[allow(clippy::type_complexity)]
+fn delta_inputs<B: KernelOps>(
+    device: &B::Device,
+    rows: usize,
+    [key_heads, heads, dk, dv]: [usize; 4],
+) -> (
+    [Tensor<B, 3>; 3],
+    [Tensor<B, 2>; 2],
+    Tensor<B, 3>,
+    [Tensor<Cpu, 3>; 3],
+    [Tensor<Cpu, 2>; 2],
+    Tensor<Cpu, 3>,
+) {
+    let unit_rows = |seed| {
+        let mut x = random(seed, rows * key_heads * dk, 1.0);
+        for row in x.chunks_mut(dk) {
+            let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-6);
+            row.iter_mut().for_each(|v| *v /= norm);
+        }
+        x
+    };
+    let (q, q_ref) = on_device::<B, 3>(unit_rows(24), [rows, key_heads, dk], device);
+    let (k, k_ref) = on_device::<B, 3>(unit_rows(25), [rows, key_heads, dk], device);
+    let (v, v_ref) = on_device::<B, 3>(random(26, rows * heads * dv, 1.0), [rows, heads, dv], device);
+    let gates = |seed, offset| {
+        random(seed, rows * heads, 0.5)
+            .iter()
+            .map(|x| x + offset)
+            .collect()
+    };
+    let (g, g_ref) = on_device::<B, 2>(gates(27, -0.5), [rows, heads], device);
+    let (beta, beta_ref) = on_device::<B, 2>(gates(28, 0.5), [rows, heads], device);
+    let (state, state_ref) = on_device::<B, 3>(random(29, heads * dk * dv, 1.0), [heads, dk, dv], device);
+    (
+        [q, k, v],
+        [g, beta],
+        state,
+        [q_ref, k_ref, v_ref],
+        [g_ref, beta_ref],
+        state_ref,
+    )
+}
+
 /// The gated delta rule at Qwen3.5's linear-attention heads (16 key / 32 value heads × 128): a
 /// 65-row draft tree (random parents) and a 40-row sequence, whose f32 state must come out the
 /// same, bit for bit, when the rows arrive one call at a time.
@@ -559,27 +613,8 @@ fn delta_rule_checks<B: KernelOps>(device: &B::Device, checks: &mut Checks) {
                 _ => r - 1,
             })
             .collect();
-        // Keys and queries are L2-normalised in the model.
-        let unit_rows = |seed| {
-            let mut x = random(seed, rows * key_heads * dk, 1.0);
-            for row in x.chunks_mut(dk) {
-                let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-6);
-                row.iter_mut().for_each(|v| *v /= norm);
-            }
-            x
-        };
-        let (q, q_ref) = on_device::<B, 3>(unit_rows(24), [rows, key_heads, dk], device);
-        let (k, k_ref) = on_device::<B, 3>(unit_rows(25), [rows, key_heads, dk], device);
-        let (v, v_ref) = on_device::<B, 3>(random(26, rows * heads * dv, 1.0), [rows, heads, dv], device);
-        let gates = |seed, offset| {
-            random(seed, rows * heads, 0.5)
-                .iter()
-                .map(|x| x + offset)
-                .collect()
-        };
-        let (g, g_ref) = on_device::<B, 2>(gates(27, -0.5), [rows, heads], device);
-        let (beta, beta_ref) = on_device::<B, 2>(gates(28, 0.5), [rows, heads], device);
-        let (state, state_ref) = on_device::<B, 3>(random(29, heads * dk * dv, 1.0), [heads, dk, dv], device);
+        let ([q, k, v], [g, beta], state, [q_ref, k_ref, v_ref], [g_ref, beta_ref], state_ref) =
+            delta_inputs::<B>(device, rows, [key_heads, heads, dk, dv]);
         // The tree with an f32 state, as the models keep it; the sequence with a bf16 one.
         let state = if case == "tree" {
             state.cast(FloatDType::F32)
@@ -859,6 +894,56 @@ const GEMV_SHAPES: [(&str, usize, usize, bool); 5] = [
     ("down", 4096, 12288, false),
     ("lm_head", 151936, 4096, false),
 ];
+
+/// The gated delta rule with 1–32 units per state column at Qwen3.6-27B's Gated DeltaNet heads
+/// (16 key / 48 value heads × 128, f32 state) for an AR row, a 65-row draft tree (random parents)
+/// and a 2048-row prefill: each checked against the reference, then timed per launch (median of
+/// five runs of ten back-to-back launches).
+#[cfg(feature = "cuda")]
+fn sweep_delta(checks: &mut Checks) -> Result<(), Error> {
+    use ddtree_kernels::cube::{Cuda, gated_delta_rule_with};
+    let device = Default::default();
+    let mut rng = StdRng::seed_from_u64(31);
+    let tree: Vec<i32> = (0..65)
+        .map(|r| if r == 0 { -1 } else { rng.random_range(0..r) })
+        .collect();
+    let cases = [
+        ("AR row", vec![-1]),
+        ("65-row tree", tree),
+        ("2048-row prefill", (-1..2047).collect()),
+    ];
+    for (case, parents) in cases {
+        let heads = [16, 48, 128, 128];
+        let (qkv, gates, state, qkv_ref, gates_ref, state_ref) =
+            delta_inputs::<Cuda>(&device, parents.len(), heads);
+        let state = state.cast(FloatDType::F32);
+        let [q_ref, k_ref, v_ref] = qkv_ref;
+        let [g_ref, beta_ref] = gates_ref;
+        let want = Cpu::gated_delta_rule(q_ref, k_ref, v_ref, g_ref, beta_ref, state_ref, &parents);
+        let (want_out, want_last) = (host_f32(want.0), host_f32(want.1));
+        for parts in [1, 2, 4, 8, 16, 32] {
+            let run = || gated_delta_rule_with(qkv.clone(), gates.clone(), state.clone(), &parents, parts);
+            let (out, last) = run();
+            let name = format!("gated_delta_rule {case}, {parts} units per column");
+            checks.compare(&format!("{name}: outputs"), &host_f32(out), &want_out);
+            checks.compare(&format!("{name}: last state"), &host_f32(last), &want_last);
+            let launches = 10;
+            let s = repeat(1, 5, || -> Result<(), Error> {
+                for _ in 0..launches {
+                    run();
+                }
+                <Cuda as burn_tensor::backend::Backend>::sync(&device)?;
+                Ok(())
+            })?;
+            println!(
+                "{}",
+                json!({ "sweep_delta": case, "units_per_column": parts, "chosen": parts == 8,
+                        "us": s.median_ms * 1e3 / launches as f64 })
+            );
+        }
+    }
+    Ok(())
+}
 
 /// The GEMV with 1, 2, 4 and 8 planes per feature at an AR step's weight shapes of Qwen3-8B
 /// (QKV, o_proj, the fused gate/up with its SwiGLU, down, the LM head; all, or those `names`

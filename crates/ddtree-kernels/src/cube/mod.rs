@@ -410,7 +410,8 @@ where
             return crate::reference::gated_delta_rule(q, k, v, g, beta, state, parents);
         }
         let inputs = [cube(q), cube(k), cube(v), cube(g), cube(beta)];
-        let (out, last) = delta_rule::<R, F>(inputs, cube(state), &walk, n - 1);
+        let parts = delta_parts(&inputs[0]);
+        let (out, last) = delta_rule::<R, F>(inputs, cube(state), &walk, n - 1, parts);
         (float(out), float(last))
     }
 
@@ -437,7 +438,8 @@ where
         }
         // The rows are read where they are: no gather of the five inputs.
         let inputs = [cube(q), cube(k), cube(v), cube(g), cube(beta)];
-        let (_, last) = delta_rule::<R, F>(inputs, cube(state), &delta::along(rows), last_row);
+        let parts = delta_parts(&inputs[0]);
+        let (_, last) = delta_rule::<R, F>(inputs, cube(state), &delta::along(rows), last_row, parts);
         float(last)
     }
 
@@ -647,19 +649,58 @@ fn delta_rule_fits<F: FloatElement>(heads: usize, key_heads: usize, state_type: 
     heads.is_multiple_of(key_heads) && (state_type == DType::F32 || state_type == F::dtype())
 }
 
+/// [`KernelOps::gated_delta_rule`] with `parts` units per state column (a power of two dividing
+/// the key dimension and the device's smallest plane; benchmarks compare them, the trait takes 8
+/// or fewer). Panics on what the kernel does not take (the trait sends it to the reference
+/// instead).
+#[allow(clippy::type_complexity)]
+pub fn gated_delta_rule_with<R, F, I, BT>(
+    [q, k, v]: [Tensor<CubeBackend<R, F, I, BT>, 3>; 3],
+    [g, beta]: [Tensor<CubeBackend<R, F, I, BT>, 2>; 2],
+    state: Tensor<CubeBackend<R, F, I, BT>, 3>,
+    parents: &[i32],
+    parts: usize,
+) -> (
+    Tensor<CubeBackend<R, F, I, BT>, 3>,
+    Tensor<CubeBackend<R, F, I, BT>, 3>,
+)
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let [n, key_heads, dk] = q.dims();
+    let heads = v.dims()[1];
+    let walk = delta::depth_first(parents);
+    assert!(
+        n > 0 && walk.slots <= DELTA_MAX_SLOTS && delta_rule_fits::<F>(heads, key_heads, state.dtype()),
+        "gated_delta_rule_with: rows, tree or state type the kernel does not take"
+    );
+    let inputs = [cube(q), cube(k), cube(v), cube(g), cube(beta)];
+    let plane = inputs[0].client.properties().hardware.plane_size_min as usize;
+    assert!(
+        parts.is_power_of_two() && dk.is_multiple_of(parts) && plane.is_multiple_of(parts),
+        "gated_delta_rule_with: {parts} units per column (key dimension {dk}, plane {plane})"
+    );
+    let (out, last) = delta_rule::<R, F>(inputs, cube(state), &walk, n - 1, parts);
+    (float(out), float(last))
+}
+
 /// [`delta::gated_delta_rule()`] over `[q, k, v, g, beta]` from `state` (f32 or `F`, see
-/// [`delta_rule_fits`]) along `walk`: the outputs of the rows it visits and the state after
-/// `last_row`.
+/// [`delta_rule_fits`]) along `walk`, `parts` units per state column: the outputs of the rows it
+/// visits and the state after `last_row`.
 fn delta_rule<R: CubeRuntime, F: FloatElement>(
     inputs: [CubeTensor<R>; 5],
     state: CubeTensor<R>,
     walk: &delta::Walk,
     last_row: usize,
+    parts: usize,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     if state.dtype == DType::F32 {
-        delta_rule_with_state::<R, F, f32>(inputs, state, walk, last_row)
+        delta_rule_with_state::<R, F, f32>(inputs, state, walk, last_row, parts)
     } else {
-        delta_rule_with_state::<R, F, F>(inputs, state, walk, last_row)
+        delta_rule_with_state::<R, F, F>(inputs, state, walk, last_row, parts)
     }
 }
 
@@ -669,13 +710,13 @@ fn delta_rule_with_state<R: CubeRuntime, F: FloatElement, S: FloatElement>(
     state: CubeTensor<R>,
     walk: &delta::Walk,
     last_row: usize,
+    parts: usize,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     let [n, key_heads, dk] = q.meta.shape().dims::<3>();
     let [_, heads, dv] = v.meta.shape().dims::<3>();
     let client = q.client.clone();
     let out = contiguous::<R, F, _>(&v, [n, heads, dv]);
     let last = contiguous::<R, S, _>(&state, [heads, dk, dv]);
-    let parts = delta_parts(&client, dk);
     let (count, dim) = elementwise_grid(heads * dv * parts);
     // SAFETY: dense inputs of the documented shapes, a walk of `n` rows whose slots are below
     // `slots`, dense outputs; `state` holds `S` values; `parts` divides `dk` and the plane, and
@@ -709,10 +750,12 @@ fn delta_rule_with_state<R: CubeRuntime, F: FloatElement, S: FloatElement>(
     (out, last)
 }
 
-/// Units per state column in [`delta::gated_delta_rule()`]: [`DELTA_PARTS`], or fewer where the
-/// smallest plane or `dk` is not a multiple of it (one unit per column needs no shuffle).
-fn delta_parts<R: CubeRuntime>(client: &ComputeClient<R>, dk: usize) -> usize {
-    let plane = client.properties().hardware.plane_size_min as usize;
+/// Units per state column in [`delta::gated_delta_rule()`] for queries `q: [n, key_heads, dk]`:
+/// [`DELTA_PARTS`], or fewer where the smallest plane or `dk` is not a multiple of it (one unit
+/// per column needs no shuffle).
+fn delta_parts<R: CubeRuntime>(q: &CubeTensor<R>) -> usize {
+    let dk = q.meta.shape().dims::<3>()[2];
+    let plane = q.client.properties().hardware.plane_size_min as usize;
     let mut parts = DELTA_PARTS.min(plane.max(1));
     while parts > 1 && !(dk.is_multiple_of(parts) && plane.is_multiple_of(parts)) {
         parts /= 2;
