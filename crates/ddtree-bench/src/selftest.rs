@@ -39,7 +39,7 @@ pub struct Args {
     sweep_attention: bool,
     /// Also time the gated delta rule at Qwen3.6-27B's heads for an AR row, a 65-row draft tree
     /// and a 2048-row prefill with 1–32 units per state column (CUDA), each checked against the
-    /// reference.
+    /// reference (also with `--only gated-delta-net`).
     #[arg(long)]
     sweep_delta: bool,
     /// Also time the GEMV (1 row) at the AR step's weight shapes, all or those named
@@ -179,6 +179,10 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             delta_rule_checks::<B>(device, &mut checks);
             gdn_checks::<B>(device, &mut checks);
             commit_checks::<B>(device, &mut checks);
+            #[cfg(feature = "cuda")]
+            if args.sweep_delta && args.device == Device::Cuda {
+                sweep_delta(&mut checks)?;
+            }
             return checks.verdict();
         }
         None => {}
