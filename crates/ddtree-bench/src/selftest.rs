@@ -176,13 +176,7 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             return checks.verdict();
         }
         Some(Group::GatedDeltaNet) => {
-            delta_rule_checks::<B>(device, &mut checks);
-            gdn_checks::<B>(device, &mut checks);
-            commit_checks::<B>(device, &mut checks);
-            #[cfg(feature = "cuda")]
-            if args.sweep_delta && args.device == Device::Cuda {
-                sweep_delta(&mut checks)?;
-            }
+            gated_delta_net_checks::<B>(device, args, &mut checks)?;
             return checks.verdict();
         }
         None => {}
@@ -209,9 +203,6 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         }
         if let Some(names) = &args.sweep_gemv {
             sweep_gemv(&mut checks, names)?;
-        }
-        if args.sweep_delta {
-            sweep_delta(&mut checks)?;
         }
     }
     for (rows, hidden) in [(1, 4096), (17, 4096), (3, 100)] {
@@ -548,13 +539,29 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             json!({ "check": format!("{name} ids (up to ties)"), "exact": exact, "ok": exact })
         );
     }
-    delta_rule_checks::<B>(device, &mut checks);
-    gdn_checks::<B>(device, &mut checks);
-    commit_checks::<B>(device, &mut checks);
+    gated_delta_net_checks::<B>(device, args, &mut checks)?;
     if !args.no_bandwidth {
         bandwidth::<B>(device, "linear", &[1, 65], <B as KernelOps>::linear)?;
     }
     checks.verdict()
+}
+
+/// The Gated DeltaNet's checks (`--only gated-delta-net`, and part of every run): the delta rule,
+/// the conv stage, gates and gated norm, what a commit runs, and with `--sweep-delta` on CUDA
+/// the delta rule's units per column.
+fn gated_delta_net_checks<B: KernelOps>(
+    device: &B::Device,
+    args: &Args,
+    checks: &mut Checks,
+) -> Result<(), Error> {
+    delta_rule_checks::<B>(device, checks);
+    gdn_checks::<B>(device, checks);
+    commit_checks::<B>(device, checks);
+    if args.sweep_delta && args.device == Device::Cuda {
+        #[cfg(feature = "cuda")]
+        sweep_delta(checks)?;
+    }
+    Ok(())
 }
 
 /// Random inputs of the gated delta rule, `rows` rows of `[key_heads, heads, dk, dv]`: q, k, v,

@@ -680,7 +680,7 @@ where
     let inputs = [cube(q), cube(k), cube(v), cube(g), cube(beta)];
     let plane = inputs[0].client.properties().hardware.plane_size_min as usize;
     assert!(
-        parts.is_power_of_two() && dk.is_multiple_of(parts) && plane.is_multiple_of(parts),
+        delta_parts_fit(parts, dk, plane),
         "gated_delta_rule_with: {parts} units per column (key dimension {dk}, plane {plane})"
     );
     let (out, last) = delta_rule::<R, F>(inputs, cube(state), &walk, n - 1, parts);
@@ -756,11 +756,17 @@ fn delta_rule_with_state<R: CubeRuntime, F: FloatElement, S: FloatElement>(
 fn delta_parts<R: CubeRuntime>(q: &CubeTensor<R>) -> usize {
     let dk = q.meta.shape().dims::<3>()[2];
     let plane = q.client.properties().hardware.plane_size_min as usize;
-    let mut parts = DELTA_PARTS.min(plane.max(1));
-    while parts > 1 && !(dk.is_multiple_of(parts) && plane.is_multiple_of(parts)) {
+    let mut parts = DELTA_PARTS;
+    while parts > 1 && !delta_parts_fit(parts, dk, plane) {
         parts /= 2;
     }
     parts
+}
+
+/// Whether [`delta::gated_delta_rule()`] can split a `dk`-entry column across `parts` units: a
+/// power of two dividing `dk` and the plane (the units of a column shuffle within one plane).
+fn delta_parts_fit(parts: usize, dk: usize, plane: usize) -> bool {
+    parts.is_power_of_two() && dk.is_multiple_of(parts) && plane >= parts && plane.is_multiple_of(parts)
 }
 
 /// Units per state column of the delta rule: 8 split a 128-entry column into 16 products per
