@@ -28,11 +28,23 @@ pub struct Args {
     /// Skip the bandwidth measurements.
     #[arg(long)]
     no_bandwidth: bool,
-    /// Also time the tensor-core linear at every launch shape that fits the verify and drafter
-    /// sizes (CUDA), each checked against burn's matmul: at the given row counts
-    /// (`--sweep-tiles 65`), or at 16, 65 and 129 rows.
+    /// Also time the tensor-core linear at the launch shapes around the one it picks (feature
+    /// tiles, chunk length, stages, k-slices) on the `--layers` weight shapes (CUDA), each
+    /// checked against burn's matmul: at the given row counts (`--sweep-tiles 65`), or at 16,
+    /// 65 and 129 rows.
     #[arg(long, num_args = 0.., value_delimiter = ',')]
     sweep_tiles: Option<Vec<usize>>,
+    /// Also time the tensor-core linear with every number of k-slices that tiles on the
+    /// `--layers` weight shapes (CUDA), each checked against burn's matmul: at the given row
+    /// counts, or at 16 and 65.
+    #[arg(long, num_args = 0.., value_delimiter = ',')]
+    sweep_splits: Option<Vec<usize>>,
+    /// The weight shapes `--sweep-tiles` and `--sweep-splits` run on (Qwen3-8B's and
+    /// Qwen3.6-27B's layers; the fused gate/up through its SwiGLU): all by default.
+    #[cfg(feature = "cuda")]
+    #[arg(long, num_args = 1.., value_delimiter = ',',
+          value_parser = clap::builder::PossibleValuesParser::new(tensor_cores::LAYER_SHAPES.map(|layer| layer.0)))]
+    layers: Option<Vec<String>>,
     /// Also time the attention of an AR step, a drafter block and a B = 64 verify with the keys
     /// cut into 1–33 slices (CUDA), each checked against the reference.
     #[arg(long)]
@@ -62,6 +74,34 @@ enum Group {
     /// The Gated DeltaNet's kernels: the delta rule over a tree and a sequence, the conv stage,
     /// gates and gated norm, and the commit checks.
     GatedDeltaNet,
+    /// The tensor-core linear's checks (CUDA), and its sweeps asked for.
+    TensorCores,
+}
+
+/// The tensor-core linear's checks and the sweeps of its launch shapes asked for (CUDA only:
+/// nothing elsewhere).
+fn tensor_core_checks(args: &Args, checks: &mut Checks) -> Result<(), Error> {
+    #[cfg(feature = "cuda")]
+    if args.device == Device::Cuda {
+        tensor_cores::check(checks, !args.no_bandwidth)?;
+        let layers = match &args.layers {
+            Some(layers) => layers.clone(),
+            None => tensor_cores::LAYER_SHAPES
+                .map(|layer| layer.0.to_string())
+                .to_vec(),
+        };
+        if let Some(rows) = &args.sweep_tiles {
+            let rows = if rows.is_empty() { &[16, 65, 129][..] } else { rows };
+            tensor_cores::sweep(checks, "tiles", rows, &layers, tensor_cores::tile_shapes)?;
+        }
+        if let Some(rows) = &args.sweep_splits {
+            let rows = if rows.is_empty() { &[16, 65][..] } else { rows };
+            tensor_cores::sweep(checks, "splits", rows, &layers, tensor_cores::split_shapes)?;
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = (args, checks);
+    Ok(())
 }
 
 /// Uploads host values to the device and reads back what it holds (rounded to its float type).
@@ -179,6 +219,10 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             gated_delta_net_checks::<B>(device, args, &mut checks)?;
             return checks.verdict();
         }
+        Some(Group::TensorCores) => {
+            tensor_core_checks(args, &mut checks)?;
+            return checks.verdict();
+        }
         None => {}
     }
     for (rows, k, n) in [
@@ -191,13 +235,9 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
     ] {
         checks.linear::<B>(device, "linear", (rows, k, n), <B as KernelOps>::linear);
     }
+    tensor_core_checks(args, &mut checks)?;
     #[cfg(feature = "cuda")]
     if args.device == Device::Cuda {
-        tensor_cores::check(&mut checks, !args.no_bandwidth)?;
-        if let Some(rows) = &args.sweep_tiles {
-            let rows = if rows.is_empty() { &[16, 65, 129][..] } else { rows };
-            tensor_cores::sweep(&mut checks, rows)?;
-        }
         if args.sweep_attention {
             tensor_cores::sweep_attention(&mut checks)?;
         }
@@ -1010,7 +1050,8 @@ mod tensor_cores {
     use super::*;
     use ddtree_kernels::cube::linear::MmaShape;
     use ddtree_kernels::cube::{
-        Cuda, cached_attention_with, linear_tiled, linear_tiled_with, mma_shape, multiprocessors_of,
+        Cuda, cached_attention_with, gate_up_mma_shape, gate_up_silu_tiled_with, linear_tiled,
+        linear_tiled_with, mma_shape, multiprocessors_of,
     };
 
     /// The product, or a 1×1 zero tensor when the kernel declines the shape (so the comparison,
@@ -1068,59 +1109,115 @@ mod tensor_cores {
         Ok(())
     }
 
-    /// The shape `linear_tiled` picks (marked) and the launch shapes around it (1–3 feature tiles
-    /// per plane, chunks of 64 or 128 k, 2–4 stages, 1–8 k-slices with at least half a cube per
-    /// core, within the device's shared memory, up to twice the accumulators `choose` allows —
-    /// those may spill) at `row_counts` and two Qwen3-8B weight shapes, each checked against
-    /// burn's matmul and timed like `bandwidth`.
-    pub fn sweep(checks: &mut Checks, row_counts: &[usize]) -> Result<(), Error> {
+    /// The weight shapes of Qwen3-8B's and Qwen3.6-27B's layers (and their drafters', which
+    /// share them) that `--layers` can name: name, output features, input features, whether the
+    /// output is the fused gate/up that SwiGLU halves.
+    pub const LAYER_SHAPES: [(&str, usize, usize, bool); 9] = [
+        ("qwen3-8b.qkv", 6144, 4096, false),
+        ("qwen3-8b.o_proj", 4096, 4096, false),
+        ("qwen3-8b.gate_up", 24576, 4096, true),
+        ("qwen3-8b.down", 4096, 12288, false),
+        ("qwen3.6-27b.in_proj", 16480, 5120, false),
+        ("qwen3.6-27b.attention_qkv", 14336, 5120, false),
+        ("qwen3.6-27b.o_proj", 5120, 6144, false),
+        ("qwen3.6-27b.gate_up", 34816, 5120, true),
+        ("qwen3.6-27b.down", 5120, 17408, false),
+    ];
+
+    /// Launch shapes around the picked one for `--sweep-tiles`: 1–3 feature tiles per plane (2,
+    /// a plane's gate and up rows, with SwiGLU), chunks of 64 or 128 k, 2–4 stages, 1–8 k-slices.
+    pub fn tile_shapes(chosen: MmaShape, swiglu: bool) -> Vec<MmaShape> {
+        let f_tiles: &[usize] = if swiglu { &[2] } else { &[1, 2, 3] };
+        let mut shapes = Vec::new();
+        for &f_tiles in f_tiles {
+            for steps in [2, 4] {
+                for stages in [2, 3, 4] {
+                    for k_splits in [1, 2, 4, 8] {
+                        shapes.push(MmaShape {
+                            f_tiles,
+                            k_splits,
+                            steps,
+                            stages,
+                            ..chosen
+                        });
+                    }
+                }
+            }
+        }
+        shapes
+    }
+
+    /// Launch shapes around the picked one for `--sweep-splits`: every number of k-slices.
+    pub fn split_shapes(chosen: MmaShape, _swiglu: bool) -> Vec<MmaShape> {
+        (1..=MmaShape::MAX_K_SPLITS)
+            .map(|k_splits| MmaShape { k_splits, ..chosen })
+            .collect()
+    }
+
+    /// The tensor-core linear at `row_counts` on each of the `layers` ([`LAYER_SHAPES`]): the
+    /// shape the decode path picks (marked) and the shapes `around` it that tile, from half a
+    /// cube per core to eight waves, within the device's shared memory and up to twice the
+    /// accumulators `choose` allows (those may spill) — each checked against burn's matmul (with
+    /// SwiGLU, the unfused product) and timed like `bandwidth`, with the grid's waves beside.
+    pub fn sweep(
+        checks: &mut Checks,
+        sweep: &str,
+        row_counts: &[usize],
+        layers: &[String],
+        around: fn(MmaShape, bool) -> Vec<MmaShape>,
+    ) -> Result<(), Error> {
         let device = Default::default();
-        for (n, k) in [(12288, 4096), (4096, 12288)] {
+        for (name, n, k, swiglu) in LAYER_SHAPES {
+            if !layers.iter().any(|layer| layer == name) {
+                continue;
+            }
             let weights = weight_copies::<Cuda>(&device, n, k);
             let cores = multiprocessors_of(&weights[0]);
             for &rows in row_counts {
                 let x = Tensor::<Cuda, 2>::random([rows, k], Distribution::Normal(0.0, 1.0), &device);
-                let want = host_f32(x.clone().matmul(weights[0].clone().transpose()));
-                let chosen = mma_shape(&x, &weights[0]);
-                let mut shapes = Vec::new();
-                for f_tiles in [1, 2, 3] {
-                    for steps in [2, 4] {
-                        for stages in [2, 3, 4] {
-                            for k_splits in [1, 2, 4, 8] {
-                                shapes.push(MmaShape {
-                                    t_tiles: rows.div_ceil(8),
-                                    f_tiles,
-                                    k_splits,
-                                    steps,
-                                    stages,
-                                });
-                            }
-                        }
+                let (want, chosen) = if swiglu {
+                    let want = ddtree_kernels::gate_up_silu_unfused(x.clone(), weights[0].clone());
+                    (host_f32(want), gate_up_mma_shape(&x, &weights[0]))
+                } else {
+                    let want = x.clone().matmul(weights[0].clone().transpose());
+                    (host_f32(want), mma_shape(&x, &weights[0]))
+                };
+                let Some(chosen) = chosen else {
+                    continue;
+                };
+                // `None` where the kernel declines the shape.
+                let product = move |x, w, shape| {
+                    if swiglu {
+                        gate_up_silu_tiled_with(x, w, shape).ok()
+                    } else {
+                        linear_tiled_with(x, w, shape).ok()
                     }
-                }
-                for shape in chosen
-                    .into_iter()
-                    .chain(shapes.into_iter().filter(|s| Some(*s) != chosen))
-                {
+                };
+                let others = around(chosen, swiglu).into_iter().filter(|s| *s != chosen);
+                for shape in std::iter::once(chosen).chain(others) {
                     let cubes = shape.columns(n) * shape.k_splits;
                     let fits_registers = shape.t_tiles * shape.f_tiles <= 2 * MmaShape::MAX_ACCUMULATOR_TILES;
-                    if !shape.fits(rows, n, k) || 2 * cubes < cores || !fits_registers {
+                    if !shape.fits(rows, n, k) || !fits_registers || 2 * cubes < cores || cubes > 8 * cores {
                         continue;
                     }
                     // Shapes past the device's shared memory are declined.
-                    let Ok(got) = linear_tiled_with(x.clone(), weights[0].clone(), shape) else {
+                    let Some(got) = product(x.clone(), weights[0].clone(), shape) else {
                         continue;
                     };
-                    let name = format!("linear_tiled {rows}x{k} · {n}x{k}ᵀ {shape:?}");
-                    checks.compare(&name, &host_f32(got), &want);
-                    let run = with(shape);
+                    checks.compare(
+                        &format!("{name} {rows}x{k} · {n}x{k}ᵀ {shape:?}"),
+                        &host_f32(got),
+                        &want,
+                    );
+                    let run = move |x, w| product(x, w, shape).expect("the shape ran once");
                     let per_launch_s = seconds_per_launch(&device, &x, &weights, run)?;
                     let gbs = (n * k * 2) as f64 / per_launch_s / 1e9;
                     println!(
                         "{}",
-                        json!({ "sweep": format!("{rows}x{k}·{n}x{k}"), "shape": format!("{shape:?}"),
-                                "cubes": cubes, "chosen": chosen == Some(shape),
-                                "us": per_launch_s * 1e6, "of_4300": gbs / 4300.0 })
+                        json!({ "sweep": sweep, "layer": name, "rows": rows, "shape": format!("{shape:?}"),
+                                "cubes": cubes, "waves": cubes as f64 / cores as f64,
+                                "chosen": shape == chosen, "us": per_launch_s * 1e6,
+                                "of_4300": gbs / 4300.0 })
                     );
                 }
             }

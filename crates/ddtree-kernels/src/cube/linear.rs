@@ -536,9 +536,7 @@ impl MmaShape {
     ///   chunks of 64 k, three stages;
     ///
     /// shorter chunks, then fewer (or, for an odd number of chunks, more) stages where `k` or the
-    /// shared memory needs them; then the most k-slices that keep the grid within one cube per
-    /// core (a slice more re-reads `x` and writes partial sums; a second, partial wave leaves
-    /// cores idle at its end).
+    /// shared memory needs them; then the k-slices ([`MmaShape::k_splits_for`]).
     pub fn choose(rows: usize, n_out: usize, k: usize, cores: usize, shared: usize) -> Option<Self> {
         Self::choose_tiles(rows, n_out, k, cores, shared, false)
     }
@@ -594,12 +592,8 @@ impl MmaShape {
                 if shape(1).shared_bytes() > shared {
                     continue;
                 }
-                let columns = shape(1).columns(n_out);
-                let splits = || (1..=Self::MAX_K_SPLITS).filter(|s| chunks.is_multiple_of(s * stages));
-                let k_splits = splits()
-                    .rfind(|s| s * columns <= cores)
-                    .or_else(|| splits().next());
-                if let Some(k_splits) = k_splits {
+                let splits = (1..=Self::MAX_K_SPLITS).filter(|s| chunks.is_multiple_of(s * stages));
+                if let Some(k_splits) = Self::k_splits_for(shape(1).columns(n_out), splits, cores) {
                     return Some(shape(k_splits));
                 }
             }
@@ -619,6 +613,41 @@ impl MmaShape {
             && n_out.is_multiple_of(16 * self.f_tiles)
             && k.is_multiple_of(32 * self.steps * self.k_splits * self.stages)
     }
+
+    /// The k-slices for a grid of `columns` cubes per slice out of those that tile, `splits`
+    /// (ascending), with one cube per core at a time (a cube takes most of a core's shared
+    /// memory):
+    /// - where one slice fits in one wave, the most slices that keep one wave: a slice more
+    ///   re-reads `x` and writes partial sums, and on Qwen3-8B's and Qwen3.6-27B's shapes no
+    ///   grid of two or more waves measured faster than the one-wave grid (`self-test
+    ///   --sweep-splits`, docs/perf-notes.md, seventeenth session);
+    /// - where it does not, the fewest slices whose grid keeps the cores at least
+    ///   [`MmaShape::MIN_FILL`] busy over its waves — a grid just past a whole number of waves
+    ///   (Qwen3.6-27B's fused gate/up: 136 cubes on 132 cores) would idle most of them through a
+    ///   last wave as long as the others; or, if none does, the best-filled grid.
+    pub fn k_splits_for(columns: usize, splits: impl Iterator<Item = usize>, cores: usize) -> Option<usize> {
+        let splits: Vec<usize> = splits.collect();
+        let cores = cores.max(1);
+        if columns <= cores {
+            return splits
+                .iter()
+                .rfind(|&&s| s * columns <= cores)
+                .or(splits.first())
+                .copied();
+        }
+        // The share of the cores' time the grid of `s` slices keeps busy over its waves.
+        let fill = |s: usize| (columns * s) as f64 / ((columns * s).div_ceil(cores) * cores) as f64;
+        splits
+            .iter()
+            .find(|&&s| fill(s) >= Self::MIN_FILL)
+            .or_else(|| splits.iter().max_by(|&&a, &&b| fill(a).total_cmp(&fill(b))))
+            .copied()
+    }
+
+    /// The least share of the cores' time a grid of several waves keeps busy: at 65 rows on
+    /// Qwen3.6-27B's fused gate/up, 4 slices (544 cubes, 82 %) took 182 µs, 2 (272, 69 %) 190
+    /// and 1 (136, 52 %) 224 on an H100; 5 (680, 86 %) 193, paying for more partial sums.
+    pub const MIN_FILL: f64 = 0.8;
 
     /// Cubes along the output features.
     pub fn columns(&self, n_out: usize) -> usize {
@@ -641,8 +670,7 @@ mod tests {
 
     /// Every shape the decode path meets tiles exactly: whole stages of chunks in every k-slice,
     /// W tiles that divide `n_out`, accumulators that fit the registers, slots that fit the
-    /// shared memory — of an H200 and of a GPU with 99 KB per cube — and a grid of one cube per
-    /// core or less unless a single slice is already more.
+    /// shared memory — of an H200 and of a GPU with 99 KB per cube.
     #[test]
     fn mma_shapes_divide_the_work() {
         for shared in [H200_SHARED, 99 * 1024] {
@@ -664,15 +692,20 @@ mod tests {
                         "accumulators per plane: {s:?}"
                     );
                     assert!(s.shared_bytes() <= shared, "{s:?}: {} bytes", s.shared_bytes());
-                    let cubes = s.columns(n_out) * s.k_splits;
-                    assert!(
-                        cubes <= 132 || s.k_splits == 1,
-                        "{rows} {n_out} {k}: {s:?} gives {cubes} cubes"
-                    );
                 }
             }
         }
-        // The sweep's picks on an H200: 16 rows on 4096 → 12288 and 12288 → 4096.
+        // The sweeps' picks: on an H200, 16 rows on 4096 → 12288 and 12288 → 4096; on an H100,
+        // the fused gate/up of Qwen3-8B at 16 rows (one wave: 1 slice) and of Qwen3.6-27B at 65
+        // rows (136 cubes a slice: 4 slices).
+        assert_eq!(
+            MmaShape::choose_swiglu(16, 24576, 4096, 132, H200_SHARED).map(|s| s.k_splits),
+            Some(1)
+        );
+        assert_eq!(
+            MmaShape::choose_swiglu(65, 34816, 5120, 132, H200_SHARED).map(|s| s.k_splits),
+            Some(4)
+        );
         let pick = |rows, n_out, k| MmaShape::choose(rows, n_out, k, 132, H200_SHARED).unwrap();
         assert_eq!(
             (pick(16, 12288, 4096).k_splits, pick(16, 4096, 12288).k_splits),

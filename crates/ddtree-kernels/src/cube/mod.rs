@@ -113,19 +113,13 @@ where
         }
         let shape = TENSOR_CORES
             .load(Ordering::Relaxed)
-            .then(|| shape_on_device(&x, &gate_up, linear::MmaShape::choose_swiglu))
+            .then(|| gate_up_mma_shape(&x, &gate_up))
             .flatten();
         let tiled = match shape {
-            Some(shape) => launch_tiled(x, gate_up, shape, true),
+            Some(shape) => gate_up_silu_tiled_with(x, gate_up, shape),
             None => Err((x, gate_up)),
         };
-        match tiled {
-            Ok(Product::Rows(y)) => float(y),
-            Ok(Product::Partials(partial, splits)) => {
-                float(sum_partials::<R, F>(&partial, splits, [rows, n_out / 2], true))
-            }
-            Err((x, w)) => crate::gate_up_silu_unfused(x, w),
-        }
+        tiled.unwrap_or_else(|(x, w)| crate::gate_up_silu_unfused(x, w))
     }
 
     fn rms_norm(x: Tensor<Self, 2>, weight: Tensor<Self, 1>, eps: f64) -> Tensor<Self, 2> {
@@ -769,10 +763,12 @@ fn delta_parts_fit(parts: usize, dk: usize, plane: usize) -> bool {
     parts.is_power_of_two() && dk.is_multiple_of(parts) && plane >= parts && plane.is_multiple_of(parts)
 }
 
-/// Units per state column of the delta rule: 8 split a 128-entry column into 16 products per
-/// unit and a row's reduction into three shuffles, and give Qwen3.6-27B's 48 × 128 columns
-/// about 12 planes per streaming multiprocessor of the H200.
-const DELTA_PARTS: usize = 8;
+/// Units per state column of the delta rule: 16 split a 128-entry column into 8 products per
+/// unit and a row's reduction into four shuffles. At Qwen3.6-27B's heads on an H100
+/// (`self-test --sweep-delta`, docs/perf-notes.md, seventeenth session) 16 was the fastest for a
+/// 65-row tree (106 µs against 127 with 8 and 148 with 32) and a 2048-row prefill (2.5 ms
+/// against 2.9 and 3.3); one AR row took the same with 4–16.
+const DELTA_PARTS: usize = 16;
 
 /// Saved columns [`delta::gated_delta_rule()`] keeps per unit: one per branching row on a path
 /// (a draft tree is at most 17 deep; a sequence needs none).
@@ -1347,6 +1343,21 @@ where
     shape_on_device(x, weight, linear::MmaShape::choose)
 }
 
+/// The launch shape [`KernelOps::gate_up_silu`] picks for `x` and a fused gate/up weight on
+/// their device ([`linear::MmaShape::choose_swiglu`]).
+pub fn gate_up_mma_shape<R, F, I, BT>(
+    x: &Tensor<CubeBackend<R, F, I, BT>, 2>,
+    gate_up: &Tensor<CubeBackend<R, F, I, BT>, 2>,
+) -> Option<linear::MmaShape>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    shape_on_device(x, gate_up, linear::MmaShape::choose_swiglu)
+}
+
 /// The launch shape `choose` ([`linear::MmaShape::choose`] or its SwiGLU variant) picks for
 /// `x · weightᵀ` on their device's multiprocessors and shared memory.
 fn shape_on_device<R, F, I, BT>(
@@ -1391,6 +1402,34 @@ where
     Ok(float(match launch_tiled(x, weight, shape, false)? {
         Product::Rows(y) => y,
         Product::Partials(partial, splits) => sum_partials::<R, F>(&partial, splits, shape_out, false),
+    }))
+}
+
+/// `silu(x · gateᵀ) ⊙ (x · upᵀ)` on tensor cores from a fused gate/up weight (its gate rows,
+/// then its up rows) with an explicit launch shape, as [`linear_tiled_with`]; the shape needs two
+/// feature tiles per plane (a plane's gate and up rows).
+#[allow(clippy::type_complexity)]
+pub fn gate_up_silu_tiled_with<R, F, I, BT>(
+    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    gate_up: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    shape: linear::MmaShape,
+) -> Result<
+    Tensor<CubeBackend<R, F, I, BT>, 2>,
+    (
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+    ),
+>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let shape_out = [x.dims()[0], gate_up.dims()[0] / 2];
+    Ok(float(match launch_tiled(x, gate_up, shape, true)? {
+        Product::Rows(y) => y,
+        Product::Partials(partial, splits) => sum_partials::<R, F>(&partial, splits, shape_out, true),
     }))
 }
 
