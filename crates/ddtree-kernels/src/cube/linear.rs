@@ -670,7 +670,8 @@ mod tests {
 
     /// Every shape the decode path meets tiles exactly: whole stages of chunks in every k-slice,
     /// W tiles that divide `n_out`, accumulators that fit the registers, slots that fit the
-    /// shared memory — of an H200 and of a GPU with 99 KB per cube.
+    /// shared memory — of an H200 and of a GPU with 99 KB per cube — and grids of one wave, or
+    /// of several that keep the cores busy.
     #[test]
     fn mma_shapes_divide_the_work() {
         for shared in [H200_SHARED, 99 * 1024] {
@@ -682,6 +683,8 @@ mod tests {
                     (4096, 12288),
                     (151936, 4096),
                     (4096, 20480),
+                    (34816, 5120),
+                    (5120, 17408),
                     (80, 96),
                 ] {
                     let s = MmaShape::choose(rows, n_out, k, 132, shared).expect("tiles");
@@ -692,6 +695,18 @@ mod tests {
                         "accumulators per plane: {s:?}"
                     );
                     assert!(s.shared_bytes() <= shared, "{s:?}: {} bytes", s.shared_bytes());
+                    // One wave where one slice fits in it (Qwen3-8B's layers: the picks of
+                    // before the fill rule); else the cores at least `MIN_FILL` busy.
+                    let (columns, cubes) = (s.columns(n_out), s.columns(n_out) * s.k_splits);
+                    if columns <= 132 {
+                        assert!(cubes <= 132, "{rows} {n_out} {k}: {s:?} gives {cubes} cubes");
+                    } else {
+                        let fill = cubes as f64 / (cubes.div_ceil(132) * 132) as f64;
+                        assert!(
+                            fill >= MmaShape::MIN_FILL,
+                            "{rows} {n_out} {k}: {s:?} fills {fill}"
+                        );
+                    }
                 }
             }
         }
