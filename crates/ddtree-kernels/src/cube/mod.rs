@@ -1398,11 +1398,7 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let shape_out = [x.dims()[0], weight.dims()[0]];
-    Ok(float(match launch_tiled(x, weight, shape, false)? {
-        Product::Rows(y) => y,
-        Product::Partials(partial, splits) => sum_partials::<R, F>(&partial, splits, shape_out, false),
-    }))
+    tiled_with(x, weight, shape, false)
 }
 
 /// `silu(x · gateᵀ) ⊙ (x · upᵀ)` on tensor cores from a fused gate/up weight (its gate rows,
@@ -1426,10 +1422,34 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let shape_out = [x.dims()[0], gate_up.dims()[0] / 2];
-    Ok(float(match launch_tiled(x, gate_up, shape, true)? {
+    tiled_with(x, gate_up, shape, true)
+}
+
+/// [`launch_tiled`], its k-slices' partial sums added up (with `swiglu`, into the activation).
+#[allow(clippy::type_complexity)]
+fn tiled_with<R, F, I, BT>(
+    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    weight: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    shape: linear::MmaShape,
+    swiglu: bool,
+) -> Result<
+    Tensor<CubeBackend<R, F, I, BT>, 2>,
+    (
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+    ),
+>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let n_out = weight.dims()[0];
+    let shape_out = [x.dims()[0], if swiglu { n_out / 2 } else { n_out }];
+    Ok(float(match launch_tiled(x, weight, shape, swiglu)? {
         Product::Rows(y) => y,
-        Product::Partials(partial, splits) => sum_partials::<R, F>(&partial, splits, shape_out, true),
+        Product::Partials(partial, splits) => sum_partials::<R, F>(&partial, splits, shape_out, swiglu),
     }))
 }
 
