@@ -944,7 +944,7 @@ const GEMV_SHAPES: [(&str, usize, usize, bool); 5] = [
 /// five runs of ten back-to-back launches).
 #[cfg(feature = "cuda")]
 fn sweep_delta(checks: &mut Checks) -> Result<(), Error> {
-    use ddtree_kernels::cube::{Cuda, gated_delta_rule_with};
+    use ddtree_kernels::cube::{Cuda, gated_delta_rule_parts, gated_delta_rule_with};
     let device = Default::default();
     let mut rng = StdRng::seed_from_u64(31);
     let tree: Vec<i32> = (0..65)
@@ -959,6 +959,7 @@ fn sweep_delta(checks: &mut Checks) -> Result<(), Error> {
         let heads = [16, 48, 128, 128];
         let (qkv, gates, state, qkv_ref, gates_ref, state_ref) =
             delta_inputs::<Cuda>(&device, parents.len(), heads);
+        let chosen = gated_delta_rule_parts(&qkv[0]);
         let state = state.cast(FloatDType::F32);
         let [q_ref, k_ref, v_ref] = qkv_ref;
         let [g_ref, beta_ref] = gates_ref;
@@ -980,7 +981,7 @@ fn sweep_delta(checks: &mut Checks) -> Result<(), Error> {
             })?;
             println!(
                 "{}",
-                json!({ "sweep_delta": case, "units_per_column": parts, "chosen": parts == 8,
+                json!({ "sweep_delta": case, "units_per_column": parts, "chosen": parts == chosen,
                         "us": s.median_ms * 1e3 / launches as f64 })
             );
         }

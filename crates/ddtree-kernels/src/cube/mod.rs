@@ -643,10 +643,22 @@ fn delta_rule_fits<F: FloatElement>(heads: usize, key_heads: usize, state_type: 
     heads.is_multiple_of(key_heads) && (state_type == DType::F32 || state_type == F::dtype())
 }
 
+/// The units per state column [`KernelOps::gated_delta_rule`] takes for queries `q: [n,
+/// key_heads, dk]` on their device (benchmarks mark it among the counts they compare).
+pub fn gated_delta_rule_parts<R, F, I, BT>(q: &Tensor<CubeBackend<R, F, I, BT>, 3>) -> usize
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    delta_parts(&cube(q.clone()))
+}
+
 /// [`KernelOps::gated_delta_rule`] with `parts` units per state column (a power of two dividing
-/// the key dimension and the device's smallest plane; benchmarks compare them, the trait takes 8
-/// or fewer). Panics on what the kernel does not take (the trait sends it to the reference
-/// instead).
+/// the key dimension and the device's smallest plane; benchmarks compare them, the trait takes
+/// [`gated_delta_rule_parts`]). Panics on what the kernel does not take (the trait sends it to
+/// the reference instead).
 #[allow(clippy::type_complexity)]
 pub fn gated_delta_rule_with<R, F, I, BT>(
     [q, k, v]: [Tensor<CubeBackend<R, F, I, BT>, 3>; 3],
