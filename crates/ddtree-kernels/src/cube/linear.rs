@@ -532,6 +532,9 @@ impl MmaShape {
     /// - up to 16 rows: one feature tile per plane, chunks of 128 k, four stages;
     /// - 17–72 rows: two feature tiles (every cube reads all of `x`: at 65 rows half the
     ///   weight's bytes with one tile per plane, a quarter with two), chunks of 128 k, two stages;
+    ///   but where the output is so narrow that two tiles take 8 k-slices to fill the cores
+    ///   (Qwen3-8B's o_proj and down), one tile and the pipeline with the most bytes in flight
+    ///   (the H100 sweeps' fastest: 14 % and 7 % under the two-tile shape);
     /// - 73–144 rows: one feature tile (two would take 80 or more accumulator registers),
     ///   chunks of 64 k, three stages;
     ///
@@ -575,6 +578,33 @@ impl MmaShape {
         } else {
             1
         };
+        // Narrow outputs at 17–72 rows (Qwen3-8B's o_proj and down: 16 cubes of two feature tiles,
+        // which take 8 k-slices to fill the cores): one feature tile, and the pipeline that keeps
+        // the most bytes in flight — (stages − 1) chunks of the same staged rows; on a tie the
+        // longer chunks.
+        if (3..=9).contains(&t_tiles) && !paired && n_out.div_ceil(MMA_PLANES * 32) * 8 <= cores {
+            let narrow = [2, 4]
+                .into_iter()
+                .flat_map(|steps| (2..=4).map(move |stages| (steps, stages)))
+                .filter(|&(steps, _)| k.is_multiple_of(32 * steps) && n_out.is_multiple_of(16))
+                .filter_map(|(steps, stages)| {
+                    let shape = Self {
+                        t_tiles,
+                        f_tiles: 1,
+                        k_splits: 1,
+                        steps,
+                        stages,
+                    };
+                    let chunks = k / (32 * steps);
+                    let splits = (1..=Self::MAX_K_SPLITS).filter(|s| chunks.is_multiple_of(s * stages));
+                    let k_splits = Self::k_splits_for(shape.columns(n_out), splits, cores)?;
+                    (shape.shared_bytes() <= shared).then_some(Self { k_splits, ..shape })
+                })
+                .max_by_key(|s| (s.stages - 1) * s.steps);
+            if narrow.is_some() {
+                return narrow;
+            }
+        }
         for steps in [4, 2, 1] {
             if steps > longest || !k.is_multiple_of(32 * steps) {
                 continue;
@@ -734,6 +764,28 @@ mod tests {
                 k_splits: 2,
                 steps: 4,
                 stages: 2
+            }
+        );
+        // Narrow outputs at 65 rows: the fastest shapes of the H100 sweeps (o_proj 4096 → 4096
+        // in the seventeenth session, 12288 → 4096 in the fifteenth).
+        assert_eq!(
+            pick(65, 4096, 4096),
+            MmaShape {
+                t_tiles: 9,
+                f_tiles: 1,
+                k_splits: 4,
+                steps: 2,
+                stages: 4
+            }
+        );
+        assert_eq!(
+            pick(65, 4096, 12288),
+            MmaShape {
+                t_tiles: 9,
+                f_tiles: 1,
+                k_splits: 4,
+                steps: 4,
+                stages: 3
             }
         );
         assert_eq!(MmaShape::choose(145, 4096, 4096, 132, H200_SHARED), None);
