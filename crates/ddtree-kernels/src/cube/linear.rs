@@ -578,28 +578,24 @@ impl MmaShape {
         } else {
             1
         };
+        let shape = |f_tiles, steps, stages| Self {
+            t_tiles,
+            f_tiles,
+            k_splits: 1,
+            steps,
+            stages,
+        };
         // Narrow outputs at 17–72 rows (Qwen3-8B's o_proj and down: 16 cubes of two feature tiles,
         // which take 8 k-slices to fill the cores): one feature tile, and the pipeline that keeps
         // the most bytes in flight — (stages − 1) chunks of the same staged rows; on a tie the
         // longer chunks.
-        if (3..=9).contains(&t_tiles) && !paired && n_out.div_ceil(MMA_PLANES * 32) * 8 <= cores {
+        let narrow_output = shape(2, 1, 2).columns(n_out) * 8 <= cores;
+        if (3..=9).contains(&t_tiles) && !paired && narrow_output {
             let narrow = [2, 4]
                 .into_iter()
                 .flat_map(|steps| (2..=4).map(move |stages| (steps, stages)))
-                .filter(|&(steps, _)| k.is_multiple_of(32 * steps) && n_out.is_multiple_of(16))
-                .filter_map(|(steps, stages)| {
-                    let shape = Self {
-                        t_tiles,
-                        f_tiles: 1,
-                        k_splits: 1,
-                        steps,
-                        stages,
-                    };
-                    let chunks = k / (32 * steps);
-                    let splits = (1..=Self::MAX_K_SPLITS).filter(|s| chunks.is_multiple_of(s * stages));
-                    let k_splits = Self::k_splits_for(shape.columns(n_out), splits, cores)?;
-                    (shape.shared_bytes() <= shared).then_some(Self { k_splits, ..shape })
-                })
+                .filter(|&(steps, _)| k.is_multiple_of(32 * steps))
+                .filter_map(|(steps, stages)| shape(1, steps, stages).sliced(n_out, k, cores, shared))
                 .max_by_key(|s| (s.stages - 1) * s.steps);
             if narrow.is_some() {
                 return narrow;
@@ -609,26 +605,26 @@ impl MmaShape {
             if steps > longest || !k.is_multiple_of(32 * steps) {
                 continue;
             }
-            let chunks = k / (32 * steps);
             // Fewer stages first; more only where `k` leaves an odd number of chunks.
             for stages in (2..=deepest).rev().chain(deepest + 1..=4) {
-                let shape = |k_splits| Self {
-                    t_tiles,
-                    f_tiles,
-                    k_splits,
-                    steps,
-                    stages,
-                };
-                if shape(1).shared_bytes() > shared {
-                    continue;
-                }
-                let splits = (1..=Self::MAX_K_SPLITS).filter(|s| chunks.is_multiple_of(s * stages));
-                if let Some(k_splits) = Self::k_splits_for(shape(1).columns(n_out), splits, cores) {
-                    return Some(shape(k_splits));
+                if let Some(sliced) = shape(f_tiles, steps, stages).sliced(n_out, k, cores, shared) {
+                    return Some(sliced);
                 }
             }
         }
         None
+    }
+
+    /// This shape with the k-slices [`MmaShape::k_splits_for`] picks among those that give every
+    /// slice whole stages of chunks, or `None` where none does or its slots pass `shared`.
+    fn sliced(self, n_out: usize, k: usize, cores: usize, shared: usize) -> Option<Self> {
+        if self.shared_bytes() > shared {
+            return None;
+        }
+        let chunks = k / (32 * self.steps);
+        let splits = (1..=Self::MAX_K_SPLITS).filter(|s| chunks.is_multiple_of(s * self.stages));
+        let k_splits = Self::k_splits_for(self.columns(n_out), splits, cores)?;
+        Some(Self { k_splits, ..self })
     }
 
     /// Whether this shape computes `rows × k` by `[n_out, k]`: enough row tiles, whole W tiles
