@@ -476,6 +476,7 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             json!({ "check": format!("linear_qk_norm_rope_write {n}x{hidden} · {width}x{hidden}ᵀ ({context_rows} context): fused = separate launches"), "exact": exact, "ok": exact })
         );
     }
+    rotation_in_attention_checks::<B>(device, &mut checks);
     // Qwen3-8B's heads (32 q / 8 kv × 128), a Qwen3.5 layout (24 / 4 × 256) and head_dim 64
     // with six query heads per KV head: one row (AR), fewer than 16 queries per KV head, drafter
     // blocks and trees (tensor cores on CUDA: `mma.sync` up to head_dim 128, WMMA above), a
@@ -581,6 +582,91 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
 /// The Gated DeltaNet's checks (`--only gated-delta-net`, and part of every run): the delta rule,
 /// the conv stage, gates and gated norm, what a commit runs, and with `--sweep-delta` on CUDA
 /// the delta rule's units per column.
+/// An AR step's QKV projection, q/k norm + RoPE, cache write and attention as one op
+/// ([`KernelOps::linear_qk_norm_rope_attention`]; on CUDA the rotation runs inside the attention
+/// launch): against the reference, and bit for bit the separate ops, each on fresh caches (the op
+/// writes them in place). Qwen3-8B's heads after 2048 keys (the new key alone in the last split)
+/// and after 2000 (17 keys in it), and six query heads of 64 per KV head (two rounds of heads per
+/// plane).
+fn rotation_in_attention_checks<B: KernelOps>(device: &B::Device, checks: &mut Checks) {
+    for (heads, kv_heads, head_dim, prefix) in [(32, 8, 128, 2048), (32, 8, 128, 2000), (24, 4, 64, 900)] {
+        let (hidden, half, capacity) = (1024, head_dim / 2, prefix + 8);
+        let width = (heads + 2 * kv_heads) * head_dim;
+        let cache = [kv_heads, capacity, head_dim];
+        let cache_len = kv_heads * capacity * head_dim;
+        let (x, x_ref) = on_device::<B, 2>(random(40, hidden, 1.0), [1, hidden], device);
+        let (w, w_ref) = on_device::<B, 2>(random(41, width * hidden, 0.1), [width, hidden], device);
+        let (qn, qn_ref) = on_device::<B, 1>(random(42, head_dim, 1.5), [head_dim], device);
+        let (kn, kn_ref) = on_device::<B, 1>(random(43, head_dim, 1.5), [head_dim], device);
+        let (cos, cos_ref) = on_device::<B, 2>(random(44, half, 1.0), [1, half], device);
+        let (sin, sin_ref) = on_device::<B, 2>(random(45, half, 1.0), [1, half], device);
+        let (k, k_ref) = on_device::<B, 3>(random(46, cache_len, 1.0), cache, device);
+        let (v, v_ref) = on_device::<B, 3>(random(47, cache_len, 1.0), cache, device);
+        fn rows<K: KernelOps>(
+            [q_norm, k_norm]: [Tensor<K, 1>; 2],
+            [cos, sin]: [Tensor<K, 2>; 2],
+            shape: HeadShape,
+        ) -> QkvRows<K> {
+            QkvRows {
+                shape,
+                k_at: shape.heads * shape.head_dim,
+                context_rows: 0,
+                q_norm: RmsNorm::new(q_norm, 1e-6),
+                k_norm: RmsNorm::new(k_norm, 1e-6),
+                cos,
+                sin,
+            }
+        }
+        let shape = HeadShape {
+            heads,
+            kv_heads,
+            head_dim,
+        };
+        let ctx = AttentionContext {
+            prefix_len: prefix,
+            visibility: Visibility::Causal,
+            window: None,
+        };
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        let want = Cpu::linear_qk_norm_rope_attention(
+            x_ref,
+            w_ref,
+            rows([qn_ref, kn_ref], [cos_ref, sin_ref], shape),
+            k_ref,
+            v_ref,
+            &ctx,
+            scale,
+        );
+        // Fresh copies of the caches for each run: the op writes them in place.
+        let fresh = |t: &Tensor<B, 3>| Tensor::<B, 3>::from_data(t.to_data(), device);
+        let fused = B::linear_qk_norm_rope_attention(
+            x.clone(),
+            w.clone(),
+            rows([qn.clone(), kn.clone()], [cos.clone(), sin.clone()], shape),
+            fresh(&k),
+            fresh(&v),
+            &ctx,
+            scale,
+        );
+        let separate = ddtree_kernels::linear_qk_norm_rope_attention_unfused::<B>(
+            x,
+            w,
+            rows([qn, kn], [cos, sin], shape),
+            fresh(&k),
+            fresh(&v),
+            &ctx,
+            scale,
+        );
+        let name = format!("linear_qk_norm_rope_attention 1 row after {prefix}, {heads}/{kv_heads}×{head_dim}");
+        let [out, keys, values] = [fused.0, fused.1, fused.2].map(host_f32);
+        checks.compare(&format!("{name}: attention"), &out, &host_f32(want.0));
+        checks.compare(&format!("{name}: keys"), &keys, &host_f32(want.1));
+        checks.compare(&format!("{name}: values"), &values, &host_f32(want.2));
+        let exact = out == host_f32(separate.0) && keys == host_f32(separate.1) && values == host_f32(separate.2);
+        checks.exact(&format!("{name}: fused = separate launches"), exact);
+    }
+}
+
 fn gated_delta_net_checks<B: KernelOps>(
     device: &B::Device,
     args: &Args,

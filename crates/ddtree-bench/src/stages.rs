@@ -55,6 +55,10 @@ pub struct Args {
     /// Tensor-core linear for more than 8 rows (`false`: burn's matmul), on CUDA.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     tensor_cores: bool,
+    /// An AR step's q/k norm + RoPE + cache write inside its attention launch (`false`: a launch
+    /// of its own), on CUDA.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    rotate_in_attention: bool,
 }
 
 /// Model shapes.
@@ -456,12 +460,16 @@ fn run_with<B: KernelOps, T: StageTarget<B>>(
     let steps = args.reps + args.warmup + 2;
     let capacity = args.context + max_budget + 1 + 2 * (args.accepted + 1) * steps + 64;
     #[cfg(feature = "cuda")]
-    ddtree_kernels::cube::set_tensor_cores(args.tensor_cores);
+    {
+        ddtree_kernels::cube::set_tensor_cores(args.tensor_cores);
+        ddtree_kernels::cube::set_rotate_in_attention(args.rotate_in_attention);
+    }
     println!(
         "{}",
         json!({ "device": crate::describe(args.device), "preset": format!("{:?}", args.preset),
                 "context": args.context, "reps": args.reps, "warmup": args.warmup,
-                "tensor_cores": args.tensor_cores })
+                "tensor_cores": args.tensor_cores,
+                "rotate_in_attention": args.rotate_in_attention })
     );
 
     let t = Instant::now();

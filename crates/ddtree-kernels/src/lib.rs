@@ -161,6 +161,23 @@ pub trait KernelOps: Backend {
         Self::qk_norm_rope_write(<Self as KernelOps>::linear(x, weight), rows, keys, values, at)
     }
 
+    /// [`KernelOps::linear_qk_norm_rope_write`] at row `ctx.prefix_len − context_rows`, then
+    /// [`KernelOps::cached_attention`] of its queries over the updated caches, which a backend may
+    /// fuse (an AR step's rotation inside its attention launch). Returns the attention output
+    /// `[queries, heads, head_dim]` and the updated key and value caches.
+    #[allow(clippy::too_many_arguments)]
+    fn linear_qk_norm_rope_attention(
+        x: Tensor<Self, 2>,
+        weight: Tensor<Self, 2>,
+        rows: nn::QkvRows<Self>,
+        keys: Tensor<Self, 3>,
+        values: Tensor<Self, 3>,
+        ctx: &AttentionContext<'_>,
+        scale: f64,
+    ) -> (Tensor<Self, 3>, Tensor<Self, 3>, Tensor<Self, 3>) {
+        linear_qk_norm_rope_attention_unfused(x, weight, rows, keys, values, ctx, scale)
+    }
+
     /// `x · Wᵀ` for a Hugging Face `[out, in]` weight ([`reference::linear`]).
     fn linear(x: Tensor<Self, 2>, weight: Tensor<Self, 2>) -> Tensor<Self, 2> {
         reference::linear(x, weight)
@@ -349,6 +366,24 @@ pub fn linear_add_rms_norm_unfused<B: KernelOps>(
     eps: f64,
 ) -> (Tensor<B, 2>, Tensor<B, 2>) {
     B::add_rms_norm(residual, <B as KernelOps>::linear(x, weight), norm_weight, eps)
+}
+
+/// [`KernelOps::linear_qk_norm_rope_attention`] as two ops: the projection with its rotation and
+/// cache write, then the attention.
+#[allow(clippy::too_many_arguments)]
+pub fn linear_qk_norm_rope_attention_unfused<B: KernelOps>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    rows: nn::QkvRows<B>,
+    keys: Tensor<B, 3>,
+    values: Tensor<B, 3>,
+    ctx: &AttentionContext<'_>,
+    scale: f64,
+) -> (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>) {
+    let at = ctx.prefix_len - rows.context_rows;
+    let (q, keys, values) = B::linear_qk_norm_rope_write(x, weight, rows, keys, values, at);
+    let out = B::cached_attention(q, keys.clone(), values.clone(), ctx, scale);
+    (out, keys, values)
 }
 
 /// [`KernelOps::gate_up_silu`] as two ops: the fused projection, then the activation on its

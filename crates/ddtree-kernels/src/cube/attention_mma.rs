@@ -27,11 +27,13 @@ pub const MMA_MAX_HEAD_DIM: usize = 128;
 
 /// Shared memory of an [`attention_mma()`] cube for `head_dim` and `elem`-byte floats, at most:
 /// three slots of [`MMA_KEYS`] keys and values, rows padded by 16 bytes; with `split_keys`, two
-/// slots and the other planes' f32 accumulators, maxima and sums for the merge.
+/// slots, the other planes' f32 accumulators, maxima and sums for the merge, and with `project`
+/// the normalised and the rotated heads (up to 16 queries and a key).
 pub fn mma_shared_bytes(head_dim: usize, elem: usize) -> usize {
     let step = 2 * MMA_KEYS * (head_dim * elem + 16);
     let merge = (MMA_QUERY_PLANES - 1) * 16 * (merge_pitch(head_dim) + 2) * 4;
-    usize::max(mma_slots(false) * step, mma_slots(true) * step + merge)
+    let staged = 2 * (MMA_PLANE_QUERIES + 1) * head_dim * elem;
+    usize::max(mma_slots(false) * step, mma_slots(true) * step + merge + staged)
 }
 
 /// Shared-memory slots of [`attention_mma()`]'s keys and values.
@@ -73,6 +75,12 @@ fn merge_pitch(head_dim: usize) -> usize {
 /// work would walk a dependent chain four times as long while three planes idle. The planes'
 /// running maxima, sums and accumulators are then merged through shared memory, in plane order.
 ///
+/// With `project` (an AR step: one row, `split_keys`) `q` is not read: the cube normalises and
+/// rotates its query heads from the QKV projection row in `rotation` itself, and the cube of the
+/// last split also the new key, which it writes with its value into the caches at row
+/// `prefix_len` before copying keys — the launch of [`super::rope::qk_norm_rope_write_rows()`]
+/// folded in, in its arithmetic (the same bits). The other splits issue their first copies first.
+///
 /// Launch with `CubeCount = (kv_heads, splits, ⌈rows · group / queries per cube⌉)` — the
 /// queries per cube are [`MMA_QUERIES`], or [`MMA_PLANE_QUERIES`] with `split_keys` —,
 /// `CubeDim = (32, MMA_QUERY_PLANES)`, `N` 16 bytes of `F` (a 2-byte float), `head_dim` a
@@ -81,12 +89,13 @@ fn merge_pitch(head_dim: usize) -> usize {
 #[allow(clippy::too_many_arguments)]
 pub fn attention_mma<F: Float, N: Size>(
     q: &Array<u32>,
-    k: &Array<Vector<F, N>>,
-    v: &Array<Vector<F, N>>,
+    k: &mut Array<Vector<F, N>>,
+    v: &mut Array<Vector<F, N>>,
     bits: &Array<u32>,
     out: &mut Array<F>,
     part_acc: &mut Array<f32>,
     part_ml: &mut Array<f32>,
+    rotation: &Rotation<F>,
     head_stride: usize,
     row_stride: usize,
     prefix_len: usize,
@@ -101,6 +110,7 @@ pub fn attention_mma<F: Float, N: Size>(
     #[comptime] head_dim: usize,
     #[comptime] mode: u32,
     #[comptime] split_keys: bool,
+    #[comptime] project: bool,
 ) {
     let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
     let size!(NA) = def.vector_size(cmma::MatrixIdent::A);
@@ -150,6 +160,56 @@ pub fn attention_mma<F: Float, N: Size>(
     let kv_base = kv_head * head_stride / vec;
     let row_vecs = row_stride / vec;
 
+    // Shared-memory slots of a step's keys and values: `slots − 1` steps load while one is
+    // consumed (two with `split_keys`, whose merge needs the room and whose cubes walk one step).
+    let slots = comptime!(mma_slots(split_keys));
+    let mut k_s = SharedMemory::<Vector<F, N>>::new_aligned(comptime!(slots * slot), 16usize);
+    let mut v_s = SharedMemory::<Vector<F, N>>::new_aligned(comptime!(slots * slot), 16usize);
+    let mut barriers = Sequence::<Shared<Barrier>>::new();
+    #[unroll]
+    for _ in 0..slots {
+        barriers.push(Barrier::shared(CUBE_DIM, UNIT_POS == 0));
+    }
+    let walk = Walk {
+        steps,
+        key_start,
+        key_end,
+        kv_base,
+        row_vecs,
+        unit,
+    };
+
+    // With `project`, the queries are normalised and rotated here (and the new key written
+    // before its split's cube copies it); the other splits' first copies go out first.
+    let staged_len = comptime!(if project { (group + 1) * head_dim } else { 1 });
+    let mut staged = SharedMemory::<F>::new(staged_len);
+    let mut q_s = SharedMemory::<F>::new(staged_len);
+    let write_key = comptime!(project) && split + 1 == splits;
+    if !write_key {
+        copy_ahead::<F, N>(k, v, &mut k_s, &mut v_s, &barriers, &walk, head_vecs, units, slots);
+    }
+    if comptime!(project) {
+        project_heads::<F, N>(
+            rotation,
+            k,
+            v,
+            &mut staged,
+            &mut q_s,
+            kv_head,
+            write_key,
+            kv_base + prefix_len * row_vecs,
+            plane,
+            lane,
+            unit,
+            group,
+            kv_heads,
+            head_dim,
+        );
+        if write_key {
+            copy_ahead::<F, N>(k, v, &mut k_s, &mut v_s, &barriers, &walk, head_vecs, units, slots);
+        }
+    }
+
     // The plane's query fragments: k-step `s` holds rows g / g + 8 at dims 16s + 2t (+ 8).
     let mut qf = Sequence::<Array<Vector<F, NA>>>::new();
     #[unroll]
@@ -167,11 +227,25 @@ pub fn attention_mma<F: Float, N: Size>(
         for s in 0..d_steps {
             #[unroll]
             for half in 0..2usize {
-                let mut word = 0u32;
-                if j < queries {
-                    word = q[base + comptime!(8 * s + 4 * half) + t];
+                if comptime!(project) {
+                    // One row: query `j` is the KV head's query head `j`, staged in `q_s`.
+                    let mut pair = Vector::<F, NA>::empty();
+                    #[unroll]
+                    for e in 0..2usize {
+                        let mut x = F::new(0.0);
+                        if j < queries {
+                            x = q_s[j * head_dim + comptime!(16 * s + 8 * half + e) + 2 * t];
+                        }
+                        pair[e] = x;
+                    }
+                    qf.index_mut(s)[comptime!(2 * half + h)] = pair;
+                } else {
+                    let mut word = 0u32;
+                    if j < queries {
+                        word = q[base + comptime!(8 * s + 4 * half) + t];
+                    }
+                    qf.index_mut(s)[comptime!(2 * half + h)] = Vector::<F, NA>::reinterpret(word);
                 }
-                qf.index_mut(s)[comptime!(2 * half + h)] = Vector::<F, NA>::reinterpret(word);
             }
         }
     }
@@ -190,38 +264,6 @@ pub fn attention_mma<F: Float, N: Size>(
     for h in 0..2usize {
         m[h] = f32::min_value();
         l[h] = 0.0f32;
-    }
-
-    // Shared-memory slots of a step's keys and values: `slots − 1` steps load while one is
-    // consumed (two with `split_keys`, whose merge needs the room and whose cubes walk one step).
-    let slots = comptime!(mma_slots(split_keys));
-    let mut k_s = SharedMemory::<Vector<F, N>>::new_aligned(comptime!(slots * slot), 16usize);
-    let mut v_s = SharedMemory::<Vector<F, N>>::new_aligned(comptime!(slots * slot), 16usize);
-    let mut barriers = Sequence::<Shared<Barrier>>::new();
-    #[unroll]
-    for _ in 0..slots {
-        barriers.push(Barrier::shared(CUBE_DIM, UNIT_POS == 0));
-    }
-
-    #[unroll]
-    for ahead in 0..comptime!(slots - 1) {
-        if ahead < steps {
-            copy_keys::<F, N>(
-                k,
-                v,
-                &mut k_s,
-                &mut v_s,
-                comptime!(ahead * slot),
-                key_start + ahead * MMA_KEYS,
-                key_end,
-                kv_base,
-                row_vecs,
-                unit,
-                head_vecs,
-                units,
-            );
-            barriers.index(ahead).commit_copy_async();
-        }
     }
 
     for step in 0..steps {
@@ -441,6 +483,196 @@ pub fn attention_mma<F: Float, N: Size>(
                 part_ml[2 * (split * rows * q_heads + query)] = m[h];
                 part_ml[2 * (split * rows * q_heads + query) + 1] = l[h];
             }
+        }
+    }
+}
+
+/// What [`attention_mma()`] reads with `project` to normalise and rotate an AR step's queries and
+/// its new key itself, in the arithmetic of [`super::rope::qk_norm_rope_write_rows()`] (the same
+/// bits, one launch fewer per layer). Without `project` the kernel never reads it.
+#[derive(CubeLaunch, CubeType)]
+pub struct Rotation<F: Float> {
+    /// The fused QKV projection of the row: queries from column 0, keys from `k_at`, values
+    /// after the keys.
+    pub qkv: Array<F>,
+    /// Per-head query RMSNorm weight, `[head_dim]`.
+    pub q_norm: Array<F>,
+    /// Per-head key RMSNorm weight, `[head_dim]`.
+    pub k_norm: Array<F>,
+    /// The row's rotary cos, `[half]`.
+    pub cos: Array<F>,
+    /// The row's rotary sin, `[half]`.
+    pub sin: Array<F>,
+    /// The first column of the keys.
+    pub k_at: usize,
+    /// Rotated dims per half of a head (the first `2 · half` dims rotate).
+    pub half: usize,
+    /// The query norm's epsilon.
+    pub q_eps: f32,
+    /// The key norm's epsilon.
+    pub k_eps: f32,
+}
+
+/// With `project` (an AR step: one row), the step of [`super::rope::qk_norm_rope_write_rows()`]
+/// for the cube's KV head, in its arithmetic. Plane `p` takes slots `p, p + 4, …`: slots
+/// `0..group` are the KV head's query heads, normalised and rotated into `q_s`; with `write_key`
+/// (the cube of the split that holds the new key) slot `group` is that key, written with its value
+/// into the caches at vector `cell`, all before the cube copies any key.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn project_heads<F: Float, N: Size>(
+    rotation: &Rotation<F>,
+    k: &mut Array<Vector<F, N>>,
+    v: &mut Array<Vector<F, N>>,
+    staged: &mut SharedMemory<F>,
+    q_s: &mut SharedMemory<F>,
+    kv_head: usize,
+    write_key: bool,
+    cell: usize,
+    plane: usize,
+    lane: usize,
+    unit: usize,
+    #[comptime] group: usize,
+    #[comptime] kv_heads: usize,
+    #[comptime] head_dim: usize,
+) {
+    let per_lane = comptime!(head_dim.div_ceil(32));
+    let rounds = comptime!((group + 1).div_ceil(MMA_QUERY_PLANES));
+    let slots = group + select(write_key, 1usize, 0usize);
+    // Each slot's head normalised and rounded to `F`, as the separate norm stores it.
+    #[unroll]
+    for r in 0..rounds {
+        let slot = comptime!(r * MMA_QUERY_PLANES) + plane;
+        if slot < slots {
+            let is_query = slot < group;
+            let src = select(
+                is_query,
+                (kv_head * group + slot) * head_dim,
+                rotation.k_at + kv_head * head_dim,
+            );
+            let eps = select(is_query, rotation.q_eps, rotation.k_eps);
+            let mut squares = 0.0f32;
+            #[unroll]
+            for i in 0..per_lane {
+                let d = lane + comptime!(32 * i);
+                if d < head_dim {
+                    let x = f32::cast_from(rotation.qkv[src + d]);
+                    squares += x * x;
+                }
+            }
+            let rms = f32::sqrt(plane_sum(squares) / comptime!(head_dim as f32) + eps);
+            #[unroll]
+            for i in 0..per_lane {
+                let d = lane + comptime!(32 * i);
+                if d < head_dim {
+                    let w = select(
+                        is_query,
+                        f32::cast_from(rotation.q_norm[d]),
+                        f32::cast_from(rotation.k_norm[d]),
+                    );
+                    staged[slot * head_dim + d] =
+                        F::cast_from(f32::cast_from(rotation.qkv[src + d]) / rms * w);
+                }
+            }
+        }
+    }
+    sync_cube();
+    // The rotation reads each dim's partner from the staged head.
+    #[unroll]
+    for r in 0..rounds {
+        let slot = comptime!(r * MMA_QUERY_PLANES) + plane;
+        if slot < slots {
+            let at = slot * head_dim;
+            #[unroll]
+            for i in 0..per_lane {
+                let d = lane + comptime!(32 * i);
+                if d < head_dim {
+                    let mut out = f32::cast_from(staged[at + d]);
+                    if d < 2 * rotation.half {
+                        let f = d % rotation.half;
+                        let c = f32::cast_from(rotation.cos[f]);
+                        let s = f32::cast_from(rotation.sin[f]);
+                        let x1 = f32::cast_from(staged[at + f]);
+                        let x2 = f32::cast_from(staged[at + f + rotation.half]);
+                        out = x2 * c + x1 * s;
+                        if d < rotation.half {
+                            out = x1 * c - x2 * s;
+                        }
+                    }
+                    q_s[at + d] = F::cast_from(out);
+                }
+            }
+        }
+    }
+    sync_cube();
+    if write_key {
+        let vec = N::value();
+        let head_vecs = comptime!(head_dim / vec);
+        let i = unit % head_vecs;
+        let mut row = Vector::<F, N>::empty();
+        if unit < head_vecs {
+            #[unroll]
+            for e in 0..vec {
+                row[e] = q_s[comptime!(group * head_dim) + i * vec + e];
+            }
+            k[cell + i] = row;
+        } else if unit < 2 * head_vecs {
+            let src = rotation.k_at + comptime!(kv_heads * head_dim) + kv_head * head_dim + i * vec;
+            #[unroll]
+            for e in 0..vec {
+                row[e] = rotation.qkv[src + e];
+            }
+            v[cell + i] = row;
+        }
+        // The writes land before the cube's copies read them back.
+        sync_cube();
+    }
+}
+
+/// Where a cube's keys lie, for [`copy_ahead()`].
+#[derive(CubeType, Clone, Copy)]
+struct Walk {
+    steps: usize,
+    key_start: usize,
+    key_end: usize,
+    kv_base: usize,
+    row_vecs: usize,
+    unit: usize,
+}
+
+/// Issues the copies of the walk's first `slots − 1` steps, one slot each.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn copy_ahead<F: Float, N: Size>(
+    k: &Array<Vector<F, N>>,
+    v: &Array<Vector<F, N>>,
+    k_s: &mut SharedMemory<Vector<F, N>>,
+    v_s: &mut SharedMemory<Vector<F, N>>,
+    barriers: &Sequence<Shared<Barrier>>,
+    walk: &Walk,
+    #[comptime] head_vecs: usize,
+    #[comptime] units: usize,
+    #[comptime] slots: usize,
+) {
+    let slot = comptime!(MMA_KEYS * (head_vecs + 1));
+    #[unroll]
+    for ahead in 0..comptime!(slots - 1) {
+        if ahead < walk.steps {
+            copy_keys::<F, N>(
+                k,
+                v,
+                k_s,
+                v_s,
+                comptime!(ahead * slot),
+                walk.key_start + ahead * MMA_KEYS,
+                walk.key_end,
+                walk.kv_base,
+                walk.row_vecs,
+                walk.unit,
+                head_vecs,
+                units,
+            );
+            barriers.index(ahead).commit_copy_async();
         }
     }
 }

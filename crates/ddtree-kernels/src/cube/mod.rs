@@ -77,6 +77,17 @@ pub fn set_tensor_cores(enabled: bool) {
     TENSOR_CORES.store(enabled, Ordering::Relaxed);
 }
 
+/// Whether an AR step's attention launch normalises and rotates its own queries and new key
+/// ([`attention_mma::attention_mma()`]'s `project`).
+static ROTATE_IN_ATTENTION: AtomicBool = AtomicBool::new(true);
+
+/// Turns the q/k norm + RoPE + cache write of an AR step inside its attention launch on (the
+/// default) or off (a launch of its own, as for more rows), for the whole process: benchmarks
+/// compare the two in one run.
+pub fn set_rotate_in_attention(enabled: bool) {
+    ROTATE_IN_ATTENTION.store(enabled, Ordering::Relaxed);
+}
+
 impl<R, F, I, BT> KernelOps for CubeBackend<R, F, I, BT>
 where
     R: CubeRuntime,
@@ -237,6 +248,62 @@ where
         }
         // A k-sliced projection reaches the rotation as its partial sums (no split-sum launch).
         qk_rope(tiled_product(x, weight), [n, width], rows, keys, values, at)
+    }
+
+    fn linear_qk_norm_rope_attention(
+        x: Tensor<Self, 2>,
+        weight: Tensor<Self, 2>,
+        rows: QkvRows<Self>,
+        keys: Tensor<Self, 3>,
+        values: Tensor<Self, 3>,
+        ctx: &AttentionContext<'_>,
+        scale: f64,
+    ) -> (Tensor<Self, 3>, Tensor<Self, 3>, Tensor<Self, 3>) {
+        let HeadShape {
+            heads,
+            kv_heads,
+            head_dim,
+        } = rows.shape;
+        let (keys, values) = (keys.into_primitive().tensor(), values.into_primitive().tensor());
+        let strides = (keys.meta.strides()[0], keys.meta.strides()[1]);
+        // One row without context rows (an AR step) on `attention_mma`, the caches ours alone
+        // and laid out alike (written in place); otherwise the two ops.
+        let fits = x.dims()[0] == 1
+            && rows.context_rows == 0
+            && ROTATE_IN_ATTENTION.load(Ordering::Relaxed)
+            && keys.can_mut()
+            && values.can_mut()
+            && keys.meta.strides() == values.meta.strides()
+            && keys.meta.strides()[2] == 1
+            && heads / kv_heads <= attention_mma::MMA_PLANE_QUERIES
+            && mma_attention::<R, F>(
+                &keys.client,
+                attention_width(&[&keys, &values], head_dim, strides),
+                head_dim,
+            );
+        if !fits {
+            let (keys, values) = (float(keys), float(values));
+            return crate::linear_qk_norm_rope_attention_unfused(x, weight, rows, keys, values, ctx, scale);
+        }
+        assert!(
+            ctx.prefix_len < keys.meta.shape()[1],
+            "linear_qk_norm_rope_attention: row {} lies outside the caches",
+            ctx.prefix_len
+        );
+        let queries = Queries::Projected {
+            qkv: cube(<Self as KernelOps>::linear(x, weight)),
+            norms_rotary: [
+                cube(rows.q_norm.weight().clone()),
+                cube(rows.k_norm.weight().clone()),
+                cube(rows.cos.clone()),
+                cube(rows.sin),
+            ],
+            k_at: rows.k_at,
+            half: rows.cos.dims()[1],
+            eps: [rows.q_norm.eps() as f32, rows.k_norm.eps() as f32],
+        };
+        let out = attention_launch::<R, F>(queries, [1, heads, head_dim], &keys, &values, ctx, scale, None);
+        (float(out), float(keys), float(values))
     }
 
     fn write_cache_rows(cache: Tensor<Self, 3>, rows: Tensor<Self, 3>, at: usize) -> Tensor<Self, 3> {
@@ -946,21 +1013,75 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let [rows, q_heads, head_dim] = q.dims();
-    let kv_heads = k_cache.dims()[0];
-    let q = cube(q);
+    let dims = q.dims();
     let (k, v) = (row_view(k_cache), row_view(v_cache));
     let (k, v) = if k.meta.strides() == v.meta.strides() {
         (k, v)
     } else {
         (into_contiguous(k), into_contiguous(v))
     };
+    float(attention_launch::<R, F>(Queries::Rows(cube(q)), dims, &k, &v, ctx, scale, splits))
+}
+
+/// The queries of an attention launch: their rows, or (an AR step on [`attention_mma`]) the QKV
+/// projection row, which the kernel normalises and rotates itself, writing the new key and value
+/// into the caches.
+enum Queries<R: CubeRuntime> {
+    Rows(CubeTensor<R>),
+    Projected {
+        qkv: CubeTensor<R>,
+        /// `[q_norm, k_norm, cos, sin]`.
+        norms_rotary: [CubeTensor<R>; 4],
+        k_at: usize,
+        half: usize,
+        eps: [f32; 2],
+    },
+}
+
+/// Whether [`attention_mma`] takes a layer of `head_dim` whose keys, values (and queries) load in
+/// vectors of `width`.
+fn mma_attention<R: CubeRuntime, F: FloatElement>(client: &ComputeClient<R>, width: usize, head_dim: usize) -> bool {
+    width * size_of::<F>() == 16
+        && head_dim.is_multiple_of(32)
+        && head_dim <= attention_mma::MMA_MAX_HEAD_DIM
+        && size_of::<F>() == 2
+        && has_mma::<R, F>(client)
+        && has_ldmatrix::<R, F>(client)
+        && attention_mma::mma_shared_bytes(head_dim, size_of::<F>())
+            <= client.properties().hardware.max_shared_memory_size
+}
+
+/// The vector width the attention reads `head_dim`-long rows of `tensors` in: every key row of a
+/// cache with these strides must stay aligned.
+fn attention_width<R: CubeRuntime>(tensors: &[&CubeTensor<R>], head_dim: usize, strides: (usize, usize)) -> usize {
+    let width = vector_width(tensors, head_dim);
+    if strides.0.is_multiple_of(width) && strides.1.is_multiple_of(width) {
+        width
+    } else {
+        1
+    }
+}
+
+/// The attention kernels' launches: the attention of `queries` (`[rows, q_heads, head_dim]`) over
+/// caches `k`, `v` (equal strides, dense last dimension), its split combine where the keys are
+/// split. [`Queries::Projected`] needs [`attention_mma`] with `split_keys` (one row).
+#[allow(clippy::too_many_arguments)]
+fn attention_launch<R: CubeRuntime, F: FloatElement>(
+    queries: Queries<R>,
+    [rows, q_heads, head_dim]: [usize; 3],
+    k: &CubeTensor<R>,
+    v: &CubeTensor<R>,
+    ctx: &AttentionContext<'_>,
+    scale: f64,
+    splits: Option<usize>,
+) -> CubeTensor<R> {
+    let kv_heads = k.meta.shape()[0];
     let (head_stride, row_stride) = (k.meta.strides()[0], k.meta.strides()[1]);
-    let client = q.client.clone();
-    let out = contiguous::<R, F, _>(&q, [rows, q_heads, head_dim]);
+    let client = k.client.clone();
+    let out = contiguous::<R, F, _>(k, [rows, q_heads, head_dim]);
     // Ancestor bits as little-endian u32 words; the other modes never read the buffer, so
     // one zero word stands in (uploaded once and kept: no runtime call per AR step and layer).
-    let unread = || upload::upload_words(&client, &q.device, &[0]);
+    let unread = || upload::upload_words(&client, &k.device, &[0]);
     let (mode, bits, words_per_row) = match ctx.visibility {
         Visibility::Causal => (attention::CAUSAL, unread(), 1),
         Visibility::Full => (attention::FULL, unread(), 1),
@@ -972,35 +1093,29 @@ where
                 .collect();
             (
                 attention::TREE,
-                upload::upload_words(&client, &q.device, &words32),
+                upload::upload_words(&client, &k.device, &words32),
                 2 * bits.words_per_row(),
             )
         }
     };
     let plane = client.properties().hardware.plane_size_max as usize;
-    // Queries and keys in vectors: the cache's strides must keep every key row aligned.
-    let width = vector_width(&[&q, &k, &v], head_dim);
-    let width = if head_stride.is_multiple_of(width) && row_stride.is_multiple_of(width) {
-        width
-    } else {
-        1
+    // Queries (as rows) and keys in vectors.
+    let (q, project) = match &queries {
+        Queries::Rows(q) => (q, false),
+        Queries::Projected { qkv, .. } => (qkv, true),
     };
+    let read = if project { vec![k, v] } else { vec![q, k, v] };
+    let width = attention_width(&read, head_dim, (head_stride, row_stride));
+    let wide = width * size_of::<F>() == 16;
     let group = q_heads / kv_heads;
     let kv_len = ctx.prefix_len + rows;
     let multiprocessors = multiprocessors(&client);
-    let queries = rows * q_heads;
+    let queries_n = rows * q_heads;
     // Tensor cores when the vectors are 16 bytes wide and the staged keys fit in shared
     // memory: `mma.sync` with fragments in registers up to head_dim 128 for every block,
     // AR's single row included, and WMMA tiles beyond, from 16 queries per KV head on.
     let max_shared = client.properties().hardware.max_shared_memory_size;
-    let wide = width * size_of::<F>() == 16;
-    let mma = wide
-        && head_dim.is_multiple_of(32)
-        && head_dim <= attention_mma::MMA_MAX_HEAD_DIM
-        && size_of::<F>() == 2
-        && has_mma::<R, F>(&client)
-        && has_ldmatrix::<R, F>(&client)
-        && attention_mma::mma_shared_bytes(head_dim, size_of::<F>()) <= max_shared;
+    let mma = mma_attention::<R, F>(&client, width, head_dim);
     let tiles = !mma
         && wide
         && rows * group >= 16
@@ -1010,6 +1125,10 @@ where
     // Up to one plane's queries per KV head (an AR step), the tensor-core planes share the
     // queries and split each step's keys (`attention_mma`'s `split_keys`).
     let split_keys = mma && rows * group <= attention_mma::MMA_PLANE_QUERIES;
+    assert!(
+        !project || (split_keys && rows == 1),
+        "attention: only one row on `attention_mma` normalises and rotates its own queries"
+    );
     // Blocks of queries per KV head, and enough splits of the keys to give every
     // multiprocessor about two cubes.
     let (step, row_blocks) = if mma {
@@ -1050,26 +1169,27 @@ where
     .clamp(1, steps);
     let keys_per_split = steps.div_ceil(wanted) * step;
     let splits = kv_len.div_ceil(keys_per_split);
-    let partials = if splits > 1 { splits * queries } else { 1 };
-    let part_acc = contiguous::<R, f32, _>(&q, [partials, head_dim]);
-    let part_ml = contiguous::<R, f32, _>(&q, [partials, 2]);
+    let partials = if splits > 1 { splits * queries_n } else { 1 };
+    let part_acc = contiguous::<R, f32, _>(k, [partials, head_dim]);
+    let part_ml = contiguous::<R, f32, _>(k, [partials, 2]);
     let cubes = CubeCount::Static(kv_heads as u32, splits as u32, row_blocks as u32);
-    // The two tensor-core kernels take the same arguments but for `q` (32-bit words for
-    // `mma.sync` fragments) and their planes per cube.
+    // The tensor-core kernels take the same arguments but for `q` (32-bit words for `mma.sync`
+    // fragments), their planes per cube and `attention_mma`'s own.
     macro_rules! launch_tensor_core_attention {
-        ($($kernel:ident)::+, $q:expr, $planes:expr $(, $extra:expr)*) => {
+        ($($kernel:ident)::+, $q:expr, $planes:expr, [$($own:expr),*], [$($extra:expr),*]) => {
             $($kernel)::+::launch_unchecked::<F, R>(
                 &client,
                 cubes,
                 CubeDim::new_2d(32, $planes as u32),
                 width,
                 $q,
-                view_array(&k),
-                view_array(&v),
+                view_array(k),
+                view_array(v),
                 bits,
                 array(&out),
                 array(&part_acc),
                 array(&part_ml),
+                $($own,)*
                 head_stride,
                 row_stride,
                 ctx.prefix_len,
@@ -1087,29 +1207,68 @@ where
             )
         };
     }
-    // SAFETY: q/out are `[rows, q_heads, head_dim]`, k/v `[kv_heads, capacity, head_dim]`,
-    // q/out dense, k/v with a dense last dimension and strides that are multiples of the
-    // vector width; the block rows lie in the cache; the partial buffers hold
+    // SAFETY: q/out are `[rows, q_heads, head_dim]` (or, projected, qkv one row holding the
+    // queries, keys and values, the norms `[head_dim]`, cos/sin `[half]`), k/v `[kv_heads,
+    // capacity, head_dim]`, q/out dense, k/v with a dense last dimension and strides that are
+    // multiples of the vector width; the block rows lie in the cache; the partial buffers hold
     // `splits · rows · q_heads` entries when there is more than one split.
     unsafe {
         if mma {
+            // Without projection the kernel never reads the rotation: `q` stands in.
+            let rotation = match &queries {
+                Queries::Rows(q) => attention_mma::RotationLaunch::new(
+                    array(q),
+                    array(q),
+                    array(q),
+                    array(q),
+                    array(q),
+                    0,
+                    0,
+                    0.0,
+                    0.0,
+                ),
+                Queries::Projected {
+                    qkv,
+                    norms_rotary: [q_norm, k_norm, cos, sin],
+                    k_at,
+                    half,
+                    eps: [q_eps, k_eps],
+                } => attention_mma::RotationLaunch::new(
+                    array(qkv),
+                    array(q_norm),
+                    array(k_norm),
+                    array(cos),
+                    array(sin),
+                    *k_at,
+                    *half,
+                    *q_eps,
+                    *k_eps,
+                ),
+            };
             launch_tensor_core_attention!(
                 attention_mma::attention_mma,
-                words(&q),
+                words(q),
                 attention_mma::MMA_QUERY_PLANES,
-                split_keys
+                [rotation],
+                [split_keys, project]
             );
         } else if tiles {
-            launch_tensor_core_attention!(attention::attention_tiles, array(&q), attention::TILE_PLANES);
+            launch_tensor_core_attention!(
+                attention::attention_tiles,
+                array(q),
+                attention::TILE_PLANES,
+                [],
+                []
+            );
         } else {
             attention::attention_splits::launch_unchecked::<F, R>(
                 &client,
                 cubes,
                 CubeDim::new_2d(plane as u32, ATTENTION_PLANES),
                 width,
-                array(&q),
-                view_array(&k),
-                view_array(&v),
+                array(q),
+                view_array(k),
+                view_array(v),
                 bits,
                 array(&out),
                 array(&part_acc),
@@ -1137,12 +1296,12 @@ where
             let planes = splits.min(COMBINE_PLANES as usize);
             attention::attention_combine::launch_unchecked::<F, R>(
                 &client,
-                CubeCount::Static(queries as u32, 1, 1),
+                CubeCount::Static(queries_n as u32, 1, 1),
                 CubeDim::new_2d(plane as u32, planes as u32),
                 array(&part_acc),
                 array(&part_ml),
                 array(&out),
-                queries,
+                queries_n,
                 splits,
                 head_dim,
                 plane,
@@ -1151,7 +1310,7 @@ where
             );
         }
     }
-    float(out)
+    out
 }
 
 /// [`linear::linear_rows()`] for at most [`linear::MAX_ROWS`] rows: `x · Wᵀ`, or with `swiglu`

@@ -134,23 +134,21 @@ impl<B: KernelOps> Attention<B> {
             cos,
             sin,
         };
-        let at = ctx.prefix_len - context_rows;
-        // The gate needs the projection itself; without one, the projection and the rotation
-        // may run as one op.
-        let (q, gate) = if self.gated {
-            let qkv = self.qkv.forward(x);
-            let gate = qkv.clone().slice([context_rows..n, q_width..2 * q_width]);
-            (self.cache.write_qkv(qkv, rows, at), Some(gate))
-        } else {
-            (self.cache.write_projected_qkv(x, &self.qkv, rows, at), None)
-        };
-        let (keys, values) = self.cache.tensors();
         let scale = (head_dim as f64).powf(-0.5);
-        let out = B::cached_attention(q, keys, values, ctx, scale).reshape([queries, q_width]);
-        match gate {
-            Some(gate) => B::sigmoid_mul(out, gate),
-            None => out,
+        // The gate needs the projection itself; without one, the projection, the rotation and
+        // the attention may run as one op.
+        if !self.gated {
+            return self
+                .cache
+                .attend_projected(x, &self.qkv, rows, ctx, scale)
+                .reshape([queries, q_width]);
         }
+        let qkv = self.qkv.forward(x);
+        let gate = qkv.clone().slice([context_rows..n, q_width..2 * q_width]);
+        let q = self.cache.write_qkv(qkv, rows, ctx.prefix_len - context_rows);
+        let (keys, values) = self.cache.tensors();
+        let out = B::cached_attention(q, keys, values, ctx, scale).reshape([queries, q_width]);
+        B::sigmoid_mul(out, gate)
     }
 
     /// The output projection `o_proj`.

@@ -7,7 +7,7 @@ use burn_tensor::{Tensor, TensorData};
 
 pub use attention::{Attention, HeadShape, QkvRows};
 
-use crate::KernelOps;
+use crate::{AttentionContext, KernelOps};
 
 /// A bias-free linear layer holding a Hugging Face `[out, in]` weight.
 #[derive(Clone, Debug)]
@@ -213,22 +213,24 @@ impl<B: KernelOps> KvCache<B> {
         self.write_rows(|keys, values| B::qk_norm_rope_write(qkv, rows, keys, values, at))
     }
 
-    /// [`KvCache::write_qkv`] of the projection `x · qkvᵀ`, computed by the same call
-    /// ([`KernelOps::linear_qk_norm_rope_write`]).
-    pub fn write_projected_qkv(
+    /// [`KvCache::write_qkv`] of the projection `x · qkvᵀ`, then the attention of its queries over
+    /// the cache, computed by one call ([`KernelOps::linear_qk_norm_rope_attention`]). Returns
+    /// the attention output `[queries, heads, head_dim]`.
+    pub fn attend_projected(
         &mut self,
         x: Tensor<B, 2>,
         qkv: &Linear<B>,
         rows: QkvRows<B>,
-        at: usize,
+        ctx: &AttentionContext<'_>,
+        scale: f64,
     ) -> Tensor<B, 3> {
         self.write_rows(|keys, values| {
-            B::linear_qk_norm_rope_write(x, qkv.weight().clone(), rows, keys, values, at)
+            B::linear_qk_norm_rope_attention(x, qkv.weight().clone(), rows, keys, values, ctx, scale)
         })
     }
 
-    /// Runs an op that takes the caches and returns the queries with the updated caches; keeps
-    /// the caches, returns the queries.
+    /// Runs an op that takes the caches and returns its output (the queries, or the attention)
+    /// with the updated caches; keeps the caches, returns the output.
     fn write_rows(
         &mut self,
         op: impl FnOnce(Tensor<B, 3>, Tensor<B, 3>) -> (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>),
