@@ -657,12 +657,14 @@ fn rotation_in_attention_checks<B: KernelOps>(device: &B::Device, checks: &mut C
             &ctx,
             scale,
         );
-        let name = format!("linear_qk_norm_rope_attention 1 row after {prefix}, {heads}/{kv_heads}×{head_dim}");
+        let name =
+            format!("linear_qk_norm_rope_attention 1 row after {prefix}, {heads}/{kv_heads}×{head_dim}");
         let [out, keys, values] = [fused.0, fused.1, fused.2].map(host_f32);
         checks.compare(&format!("{name}: attention"), &out, &host_f32(want.0));
         checks.compare(&format!("{name}: keys"), &keys, &host_f32(want.1));
         checks.compare(&format!("{name}: values"), &values, &host_f32(want.2));
-        let exact = out == host_f32(separate.0) && keys == host_f32(separate.1) && values == host_f32(separate.2);
+        let exact =
+            out == host_f32(separate.0) && keys == host_f32(separate.1) && values == host_f32(separate.2);
         checks.exact(&format!("{name}: fused = separate launches"), exact);
     }
 }

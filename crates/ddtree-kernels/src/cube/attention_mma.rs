@@ -186,7 +186,9 @@ pub fn attention_mma<F: Float, N: Size>(
     let mut q_s = SharedMemory::<F>::new(staged_len);
     let write_key = comptime!(project) && split + 1 == splits;
     if !write_key {
-        copy_ahead::<F, N>(k, v, &mut k_s, &mut v_s, &barriers, &walk, head_vecs, units, slots);
+        copy_ahead::<F, N>(
+            k, v, &mut k_s, &mut v_s, &barriers, &walk, head_vecs, units, slots,
+        );
     }
     if comptime!(project) {
         project_heads::<F, N>(
@@ -206,7 +208,9 @@ pub fn attention_mma<F: Float, N: Size>(
             head_dim,
         );
         if write_key {
-            copy_ahead::<F, N>(k, v, &mut k_s, &mut v_s, &barriers, &walk, head_vecs, units, slots);
+            copy_ahead::<F, N>(
+                k, v, &mut k_s, &mut v_s, &barriers, &walk, head_vecs, units, slots,
+            );
         }
     }
 

@@ -290,7 +290,7 @@ where
             "linear_qk_norm_rope_attention: row {} lies outside the caches",
             ctx.prefix_len
         );
-        let queries = Queries::Projected {
+        let projection = Projection {
             qkv: cube(<Self as KernelOps>::linear(x, weight)),
             norms_rotary: [
                 cube(rows.q_norm.weight().clone()),
@@ -302,7 +302,15 @@ where
             half: rows.cos.dims()[1],
             eps: [rows.q_norm.eps() as f32, rows.k_norm.eps() as f32],
         };
-        let out = attention_launch::<R, F>(queries, [1, heads, head_dim], &keys, &values, ctx, scale, None);
+        let out = attention_launch::<R, F>(
+            Queries::Projected(&projection),
+            [1, heads, head_dim],
+            &keys,
+            &values,
+            ctx,
+            scale,
+            None,
+        );
         (float(out), float(keys), float(values))
     }
 
@@ -1020,27 +1028,43 @@ where
     } else {
         (into_contiguous(k), into_contiguous(v))
     };
-    float(attention_launch::<R, F>(Queries::Rows(cube(q)), dims, &k, &v, ctx, scale, splits))
+    float(attention_launch::<R, F>(
+        Queries::Rows(&cube(q)),
+        dims,
+        &k,
+        &v,
+        ctx,
+        scale,
+        splits,
+    ))
 }
 
 /// The queries of an attention launch: their rows, or (an AR step on [`attention_mma`]) the QKV
 /// projection row, which the kernel normalises and rotates itself, writing the new key and value
 /// into the caches.
-enum Queries<R: CubeRuntime> {
-    Rows(CubeTensor<R>),
-    Projected {
-        qkv: CubeTensor<R>,
-        /// `[q_norm, k_norm, cos, sin]`.
-        norms_rotary: [CubeTensor<R>; 4],
-        k_at: usize,
-        half: usize,
-        eps: [f32; 2],
-    },
+enum Queries<'a, R: CubeRuntime> {
+    Rows(&'a CubeTensor<R>),
+    Projected(&'a Projection<R>),
+}
+
+/// An AR step's QKV projection row and what its rotation reads, for [`attention_mma`]'s
+/// `project`.
+struct Projection<R: CubeRuntime> {
+    qkv: CubeTensor<R>,
+    /// `[q_norm, k_norm, cos, sin]`.
+    norms_rotary: [CubeTensor<R>; 4],
+    k_at: usize,
+    half: usize,
+    eps: [f32; 2],
 }
 
 /// Whether [`attention_mma`] takes a layer of `head_dim` whose keys, values (and queries) load in
 /// vectors of `width`.
-fn mma_attention<R: CubeRuntime, F: FloatElement>(client: &ComputeClient<R>, width: usize, head_dim: usize) -> bool {
+fn mma_attention<R: CubeRuntime, F: FloatElement>(
+    client: &ComputeClient<R>,
+    width: usize,
+    head_dim: usize,
+) -> bool {
     width * size_of::<F>() == 16
         && head_dim.is_multiple_of(32)
         && head_dim <= attention_mma::MMA_MAX_HEAD_DIM
@@ -1053,7 +1077,11 @@ fn mma_attention<R: CubeRuntime, F: FloatElement>(client: &ComputeClient<R>, wid
 
 /// The vector width the attention reads `head_dim`-long rows of `tensors` in: every key row of a
 /// cache with these strides must stay aligned.
-fn attention_width<R: CubeRuntime>(tensors: &[&CubeTensor<R>], head_dim: usize, strides: (usize, usize)) -> usize {
+fn attention_width<R: CubeRuntime>(
+    tensors: &[&CubeTensor<R>],
+    head_dim: usize,
+    strides: (usize, usize),
+) -> usize {
     let width = vector_width(tensors, head_dim);
     if strides.0.is_multiple_of(width) && strides.1.is_multiple_of(width) {
         width
@@ -1067,7 +1095,7 @@ fn attention_width<R: CubeRuntime>(tensors: &[&CubeTensor<R>], head_dim: usize, 
 /// split. [`Queries::Projected`] needs [`attention_mma`] with `split_keys` (one row).
 #[allow(clippy::too_many_arguments)]
 fn attention_launch<R: CubeRuntime, F: FloatElement>(
-    queries: Queries<R>,
+    queries: Queries<'_, R>,
     [rows, q_heads, head_dim]: [usize; 3],
     k: &CubeTensor<R>,
     v: &CubeTensor<R>,
@@ -1100,9 +1128,9 @@ fn attention_launch<R: CubeRuntime, F: FloatElement>(
     };
     let plane = client.properties().hardware.plane_size_max as usize;
     // Queries (as rows) and keys in vectors.
-    let (q, project) = match &queries {
+    let (q, project) = match queries {
         Queries::Rows(q) => (q, false),
-        Queries::Projected { qkv, .. } => (qkv, true),
+        Queries::Projected(projection) => (&projection.qkv, true),
     };
     let read = if project { vec![k, v] } else { vec![q, k, v] };
     let width = attention_width(&read, head_dim, (head_stride, row_stride));
@@ -1215,7 +1243,7 @@ fn attention_launch<R: CubeRuntime, F: FloatElement>(
     unsafe {
         if mma {
             // Without projection the kernel never reads the rotation: `q` stands in.
-            let rotation = match &queries {
+            let rotation = match queries {
                 Queries::Rows(q) => attention_mma::RotationLaunch::new(
                     array(q),
                     array(q),
@@ -1227,23 +1255,26 @@ fn attention_launch<R: CubeRuntime, F: FloatElement>(
                     0.0,
                     0.0,
                 ),
-                Queries::Projected {
-                    qkv,
-                    norms_rotary: [q_norm, k_norm, cos, sin],
-                    k_at,
-                    half,
-                    eps: [q_eps, k_eps],
-                } => attention_mma::RotationLaunch::new(
-                    array(qkv),
-                    array(q_norm),
-                    array(k_norm),
-                    array(cos),
-                    array(sin),
-                    *k_at,
-                    *half,
-                    *q_eps,
-                    *k_eps,
-                ),
+                Queries::Projected(projection) => {
+                    let Projection {
+                        qkv,
+                        norms_rotary: [q_norm, k_norm, cos, sin],
+                        k_at,
+                        half,
+                        eps: [q_eps, k_eps],
+                    } = projection;
+                    attention_mma::RotationLaunch::new(
+                        array(qkv),
+                        array(q_norm),
+                        array(k_norm),
+                        array(cos),
+                        array(sin),
+                        *k_at,
+                        *half,
+                        *q_eps,
+                        *k_eps,
+                    )
+                }
             };
             launch_tensor_core_attention!(
                 attention_mma::attention_mma,
