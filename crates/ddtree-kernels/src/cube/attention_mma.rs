@@ -285,11 +285,8 @@ pub fn attention_mma<F: Float, N: Size>(
                 &mut k_s,
                 &mut v_s,
                 refill * slot,
-                key_start + ahead * MMA_KEYS,
-                key_end,
-                kv_base,
-                row_vecs,
-                unit,
+                ahead,
+                &walk,
                 head_vecs,
                 units,
             );
@@ -633,7 +630,7 @@ fn project_heads<F: Float, N: Size>(
     }
 }
 
-/// Where a cube's keys lie, for [`copy_ahead()`].
+/// Where a cube's keys lie and which unit copies, for [`copy_keys()`].
 #[derive(CubeType, Clone, Copy)]
 struct Walk {
     steps: usize,
@@ -668,11 +665,8 @@ fn copy_ahead<F: Float, N: Size>(
                 k_s,
                 v_s,
                 comptime!(ahead * slot),
-                walk.key_start + ahead * MMA_KEYS,
-                walk.key_end,
-                walk.kv_base,
-                walk.row_vecs,
-                walk.unit,
+                ahead,
+                walk,
                 head_vecs,
                 units,
             );
@@ -838,8 +832,9 @@ fn merge_planes<NC: Size>(
     }
 }
 
-/// A unit's share of one step's keys and values for [`attention_mma()`], copied asynchronously
-/// into the slot at `at`; keys past `key_end` repeat the last key (their scores are masked).
+/// A unit's share of the walk's step `step` of keys and values for [`attention_mma()`], copied
+/// asynchronously into the slot at `at`; keys past the walk's end repeat its last key (their
+/// scores are masked).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn copy_keys<F: Float, N: Size>(
@@ -848,11 +843,8 @@ fn copy_keys<F: Float, N: Size>(
     k_s: &mut SharedMemory<Vector<F, N>>,
     v_s: &mut SharedMemory<Vector<F, N>>,
     at: usize,
-    tile: usize,
-    key_end: usize,
-    kv_base: usize,
-    row_vecs: usize,
-    unit: usize,
+    step: usize,
+    walk: &Walk,
     #[comptime] head_vecs: usize,
     #[comptime] units: usize,
 ) {
@@ -860,10 +852,10 @@ fn copy_keys<F: Float, N: Size>(
     let vec = N::value();
     #[unroll]
     for i in 0..comptime!((MMA_KEYS * head_vecs).div_ceil(units)) {
-        let e = i * units + unit;
+        let e = i * units + walk.unit;
         if e < comptime!(MMA_KEYS * head_vecs) {
-            let key = usize::min(tile + e / head_vecs, key_end - 1);
-            let from = kv_base + key * row_vecs + e % head_vecs;
+            let key = usize::min(walk.key_start + step * MMA_KEYS + e / head_vecs, walk.key_end - 1);
+            let from = walk.kv_base + key * walk.row_vecs + e % head_vecs;
             let to = at + (e / head_vecs) * pitch + e % head_vecs;
             copy_async(
                 &k.slice(from, from + 1),
