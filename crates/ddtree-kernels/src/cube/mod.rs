@@ -271,10 +271,7 @@ where
         let fits = x.dims()[0] == 1
             && rows.context_rows == 0
             && ROTATE_IN_ATTENTION.load(Ordering::Relaxed)
-            && keys.can_mut()
-            && values.can_mut()
-            && keys.meta.strides() == values.meta.strides()
-            && keys.meta.strides()[2] == 1
+            && caches_in_place(&keys, &values)
             && heads / kv_heads <= attention_mma::MMA_PLANE_QUERIES
             && mma_attention::<R, F>(
                 &keys.client,
@@ -358,12 +355,7 @@ where
         let (keys, values) = (keys.into_primitive().tensor(), values.into_primitive().tensor());
         // In place when the caches are ours alone (the decode loop's case) and laid out alike;
         // otherwise copies.
-        let movable = |c: &CubeTensor<R>| c.can_mut() && c.meta.strides()[2] == 1;
-        if !movable(&keys)
-            || !movable(&values)
-            || keys.meta.strides() != values.meta.strides()
-            || keep.is_empty()
-        {
+        if !caches_in_place(&keys, &values) || keep.is_empty() {
             return crate::reference::compact_kv_rows(float(keys), float(values), at, keep);
         }
         assert!(
@@ -936,11 +928,7 @@ where
     };
     // In place when the caches are ours alone and share one layout (the decode loop's case);
     // otherwise the separate ops, which copy.
-    let in_place = keys.can_mut()
-        && values.can_mut()
-        && keys.meta.strides() == values.meta.strides()
-        && keys.meta.strides()[2] == 1;
-    if !in_place {
+    if !caches_in_place(&keys, &values) {
         let qkv = if splits > 1 {
             sum_partials::<R, F>(&qkv, splits, [n, width], false)
         } else {
@@ -1056,6 +1044,15 @@ struct Projection<R: CubeRuntime> {
     k_at: usize,
     half: usize,
     eps: [f32; 2],
+}
+
+/// Whether a layer's key and value caches can be written in place: ours alone (the decode loop's
+/// case: no other tensor sees the writes), laid out alike, each row dense.
+fn caches_in_place<R: CubeRuntime>(keys: &CubeTensor<R>, values: &CubeTensor<R>) -> bool {
+    keys.can_mut()
+        && values.can_mut()
+        && keys.meta.strides() == values.meta.strides()
+        && keys.meta.strides()[2] == 1
 }
 
 /// Whether [`attention_mma`] takes a layer of `head_dim` whose keys, values (and queries) load in
