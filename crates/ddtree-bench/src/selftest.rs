@@ -118,6 +118,25 @@ fn on_device<B: KernelOps, const D: usize>(
     )
 }
 
+/// The attention step's inputs beside the projection: Qwen3's layout (keys right after the
+/// queries), the norms (epsilon 1e-6) and the rotary rows, for `context_rows` key/value-only rows
+/// first.
+fn rows<K: KernelOps>(
+    [q_norm, k_norm]: [Tensor<K, 1>; 2],
+    [cos, sin]: [Tensor<K, 2>; 2],
+    (shape, context_rows): (HeadShape, usize),
+) -> QkvRows<K> {
+    QkvRows {
+        shape,
+        k_at: shape.heads * shape.head_dim,
+        context_rows,
+        q_norm: RmsNorm::new(q_norm, 1e-6),
+        k_norm: RmsNorm::new(k_norm, 1e-6),
+        cos,
+        sin,
+    }
+}
+
 fn random(seed: u64, len: usize, scale: f32) -> Vec<f32> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..len).map(|_| rng.random_range(-scale..scale)).collect()
@@ -396,26 +415,14 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         let cache_len = kv_heads * capacity * head_dim;
         let (keys, keys_ref) = on_device::<B, 3>(random(27, cache_len, 1.0), cache, device);
         let (values, values_ref) = on_device::<B, 3>(random(28, cache_len, 1.0), cache, device);
-        fn rows<K: KernelOps>(
-            [q_norm, k_norm]: [Tensor<K, 1>; 2],
-            [cos, sin]: [Tensor<K, 2>; 2],
-            (heads, kv_heads, head_dim, context_rows): (usize, usize, usize, usize),
-        ) -> QkvRows<K> {
-            QkvRows {
-                shape: HeadShape {
-                    heads,
-                    kv_heads,
-                    head_dim,
-                },
-                k_at: heads * head_dim,
-                context_rows,
-                q_norm: RmsNorm::new(q_norm, 1e-6),
-                k_norm: RmsNorm::new(k_norm, 1e-6),
-                cos,
-                sin,
-            }
-        }
-        let sizes = (heads, kv_heads, head_dim, context_rows);
+        let sizes = (
+            HeadShape {
+                heads,
+                kv_heads,
+                head_dim,
+            },
+            context_rows,
+        );
         let want = Cpu::qk_norm_rope_write(
             qkv_ref,
             rows([qn_ref, kn_ref], [cos_ref, sin_ref], sizes),
@@ -602,26 +609,14 @@ fn rotation_in_attention_checks<B: KernelOps>(device: &B::Device, checks: &mut C
         let (sin, sin_ref) = on_device::<B, 2>(random(45, half, 1.0), [1, half], device);
         let (k, k_ref) = on_device::<B, 3>(random(46, cache_len, 1.0), cache, device);
         let (v, v_ref) = on_device::<B, 3>(random(47, cache_len, 1.0), cache, device);
-        fn rows<K: KernelOps>(
-            [q_norm, k_norm]: [Tensor<K, 1>; 2],
-            [cos, sin]: [Tensor<K, 2>; 2],
-            shape: HeadShape,
-        ) -> QkvRows<K> {
-            QkvRows {
-                shape,
-                k_at: shape.heads * shape.head_dim,
-                context_rows: 0,
-                q_norm: RmsNorm::new(q_norm, 1e-6),
-                k_norm: RmsNorm::new(k_norm, 1e-6),
-                cos,
-                sin,
-            }
-        }
-        let shape = HeadShape {
-            heads,
-            kv_heads,
-            head_dim,
-        };
+        let shape = (
+            HeadShape {
+                heads,
+                kv_heads,
+                head_dim,
+            },
+            0,
+        );
         let ctx = AttentionContext {
             prefix_len: prefix,
             visibility: Visibility::Causal,
