@@ -10,6 +10,7 @@ use cubecl::prelude::barrier::{Barrier, copy_async};
 use cubecl::prelude::*;
 
 use super::attention::{FULL, sees};
+use super::rope::{normalise_head, rotated_dim};
 
 /// Planes per cube of [`attention_mma()`], each with [`MMA_PLANE_QUERIES`] queries of the cube's
 /// KV head.
@@ -515,10 +516,10 @@ pub struct Rotation<F: Float> {
 }
 
 /// With `project` (an AR step: one row), the step of [`super::rope::qk_norm_rope_write_rows()`]
-/// for the cube's KV head, in its arithmetic. Plane `p` takes slots `p, p + 4, …`: slots
-/// `0..group` are the KV head's query heads, normalised and rotated into `q_s`; with `write_key`
-/// (the cube of the split that holds the new key) slot `group` is that key, written with its value
-/// into the caches at vector `cell`, all before the cube copies any key.
+/// for the cube's KV head, through its helpers (the same bits). Plane `p` takes slots `p, p + 4,
+/// …`: slots `0..group` are the KV head's query heads, normalised and rotated into `q_s`; with
+/// `write_key` (the cube of the split that holds the new key) slot `group` is that key, written
+/// with its value into the caches at vector `cell`, all before the cube copies any key.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn project_heads<F: Float, N: Size>(
@@ -540,7 +541,6 @@ fn project_heads<F: Float, N: Size>(
     let per_lane = comptime!(head_dim.div_ceil(32));
     let rounds = comptime!((group + 1).div_ceil(MMA_QUERY_PLANES));
     let slots = group + select(write_key, 1usize, 0usize);
-    // Each slot's head normalised and rounded to `F`, as the separate norm stores it.
     #[unroll]
     for r in 0..rounds {
         let slot = comptime!(r * MMA_QUERY_PLANES) + plane;
@@ -552,33 +552,24 @@ fn project_heads<F: Float, N: Size>(
                 rotation.k_at + kv_head * head_dim,
             );
             let eps = select(is_query, rotation.q_eps, rotation.k_eps);
-            let mut squares = 0.0f32;
-            #[unroll]
-            for i in 0..per_lane {
-                let d = lane + comptime!(32 * i);
-                if d < head_dim {
-                    let x = f32::cast_from(rotation.qkv[src + d]);
-                    squares += x * x;
-                }
-            }
-            let rms = f32::sqrt(plane_sum(squares) / comptime!(head_dim as f32) + eps);
-            #[unroll]
-            for i in 0..per_lane {
-                let d = lane + comptime!(32 * i);
-                if d < head_dim {
-                    let w = select(
-                        is_query,
-                        f32::cast_from(rotation.q_norm[d]),
-                        f32::cast_from(rotation.k_norm[d]),
-                    );
-                    staged[slot * head_dim + d] =
-                        F::cast_from(f32::cast_from(rotation.qkv[src + d]) / rms * w);
-                }
-            }
+            normalise_head::<F, F>(
+                &rotation.qkv,
+                src,
+                0usize,
+                &rotation.q_norm,
+                &rotation.k_norm,
+                is_query,
+                eps,
+                staged,
+                slot * head_dim,
+                lane,
+                1usize,
+                head_dim,
+                32usize,
+            );
         }
     }
     sync_cube();
-    // The rotation reads each dim's partner from the staged head.
     #[unroll]
     for r in 0..rounds {
         let slot = comptime!(r * MMA_QUERY_PLANES) + plane;
@@ -588,18 +579,8 @@ fn project_heads<F: Float, N: Size>(
             for i in 0..per_lane {
                 let d = lane + comptime!(32 * i);
                 if d < head_dim {
-                    let mut out = f32::cast_from(staged[at + d]);
-                    if d < 2 * rotation.half {
-                        let f = d % rotation.half;
-                        let c = f32::cast_from(rotation.cos[f]);
-                        let s = f32::cast_from(rotation.sin[f]);
-                        let x1 = f32::cast_from(staged[at + f]);
-                        let x2 = f32::cast_from(staged[at + f + rotation.half]);
-                        out = x2 * c + x1 * s;
-                        if d < rotation.half {
-                            out = x1 * c - x2 * s;
-                        }
-                    }
+                    let out =
+                        rotated_dim::<F>(staged, at, d, &rotation.cos, &rotation.sin, 0usize, rotation.half);
                     q_s[at + d] = F::cast_from(out);
                 }
             }

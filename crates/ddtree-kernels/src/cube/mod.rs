@@ -265,19 +265,13 @@ where
             head_dim,
         } = rows.shape;
         let (keys, values) = (keys.into_primitive().tensor(), values.into_primitive().tensor());
-        let strides = (keys.meta.strides()[0], keys.meta.strides()[1]);
-        // One row without context rows (an AR step) on `attention_mma`, the caches ours alone
-        // and laid out alike (written in place); otherwise the two ops.
+        // One row without context rows (an AR step) on `attention_mma` with split keys, the
+        // caches ours alone and laid out alike (written in place); otherwise the two ops.
         let fits = x.dims()[0] == 1
             && rows.context_rows == 0
             && ROTATE_IN_ATTENTION.load(Ordering::Relaxed)
             && caches_in_place(&keys, &values)
-            && heads / kv_heads <= attention_mma::MMA_PLANE_QUERIES
-            && mma_attention::<R, F>(
-                &keys.client,
-                attention_width(&[&keys, &values], head_dim, strides),
-                head_dim,
-            );
+            && AttentionPlan::new::<R, F>(None, &keys, &values, 1, heads / kv_heads, head_dim).split_keys;
         if !fits {
             let (keys, values) = (float(keys), float(values));
             return crate::linear_qk_norm_rope_attention_unfused(x, weight, rows, keys, values, ctx, scale);
@@ -1072,18 +1066,40 @@ fn mma_attention<R: CubeRuntime, F: FloatElement>(
             <= client.properties().hardware.max_shared_memory_size
 }
 
-/// The vector width the attention reads `head_dim`-long rows of `tensors` in: every key row of a
-/// cache with these strides must stay aligned.
-fn attention_width<R: CubeRuntime>(
-    tensors: &[&CubeTensor<R>],
-    head_dim: usize,
-    strides: (usize, usize),
-) -> usize {
-    let width = vector_width(tensors, head_dim);
-    if strides.0.is_multiple_of(width) && strides.1.is_multiple_of(width) {
-        width
-    } else {
-        1
+/// How [`attention_launch`] reads `rows` rows of `group` queries per KV head over the caches `k`,
+/// `v` (and the queries `q` where it reads them as rows).
+struct AttentionPlan {
+    /// The vector width of the loads of `head_dim`-long rows: every key row of the caches stays
+    /// aligned.
+    width: usize,
+    /// On [`attention_mma`].
+    mma: bool,
+    /// On [`attention_mma`] with the planes sharing the queries and splitting the keys (up to
+    /// one plane's queries per KV head, as in an AR step).
+    split_keys: bool,
+}
+
+impl AttentionPlan {
+    fn new<R: CubeRuntime, F: FloatElement>(
+        q: Option<&CubeTensor<R>>,
+        k: &CubeTensor<R>,
+        v: &CubeTensor<R>,
+        rows: usize,
+        group: usize,
+        head_dim: usize,
+    ) -> Self {
+        let read: Vec<_> = q.into_iter().chain([k, v]).collect();
+        let mut width = vector_width(&read, head_dim);
+        if !k.meta.strides()[..2].iter().all(|s| s.is_multiple_of(width)) {
+            width = 1;
+        }
+        let mma = mma_attention::<R, F>(&k.client, width, head_dim);
+        let split_keys = mma && rows * group <= attention_mma::MMA_PLANE_QUERIES;
+        Self {
+            width,
+            mma,
+            split_keys,
+        }
     }
 }
 
@@ -1129,10 +1145,13 @@ fn attention_launch<R: CubeRuntime, F: FloatElement>(
         Queries::Rows(q) => (q, false),
         Queries::Projected(projection) => (&projection.qkv, true),
     };
-    let read = if project { vec![k, v] } else { vec![q, k, v] };
-    let width = attention_width(&read, head_dim, (head_stride, row_stride));
-    let wide = width * size_of::<F>() == 16;
     let group = q_heads / kv_heads;
+    let AttentionPlan {
+        width,
+        mma,
+        split_keys,
+    } = AttentionPlan::new::<R, F>((!project).then_some(q), k, v, rows, group, head_dim);
+    let wide = width * size_of::<F>() == 16;
     let kv_len = ctx.prefix_len + rows;
     let multiprocessors = multiprocessors(&client);
     let queries_n = rows * q_heads;
@@ -1140,16 +1159,12 @@ fn attention_launch<R: CubeRuntime, F: FloatElement>(
     // memory: `mma.sync` with fragments in registers up to head_dim 128 for every block,
     // AR's single row included, and WMMA tiles beyond, from 16 queries per KV head on.
     let max_shared = client.properties().hardware.max_shared_memory_size;
-    let mma = mma_attention::<R, F>(&client, width, head_dim);
     let tiles = !mma
         && wide
         && rows * group >= 16
         && head_dim.is_multiple_of(16)
         && has_tensor_tiles::<R, F>(&client)
         && attention::tiles_shared_bytes(head_dim, size_of::<F>()) <= max_shared;
-    // Up to one plane's queries per KV head (an AR step), the tensor-core planes share the
-    // queries and split each step's keys (`attention_mma`'s `split_keys`).
-    let split_keys = mma && rows * group <= attention_mma::MMA_PLANE_QUERIES;
     assert!(
         !project || (split_keys && rows == 1),
         "attention: only one row on `attention_mma` normalises and rotates its own queries"

@@ -27,11 +27,7 @@ pub fn rope_rows<F: Float>(
             let s = f32::cast_from(sin[row * half + f]);
             let x1 = f32::cast_from(x[head_base + f]);
             let x2 = f32::cast_from(x[head_base + f + half]);
-            let mut out = x2 * c + x1 * s;
-            if d < half {
-                out = x1 * c - x2 * s;
-            }
-            y[i] = F::cast_from(out);
+            y[i] = F::cast_from(rotate_pair(x1, x2, c, s, d < half));
         } else {
             y[i] = x[i];
         }
@@ -89,45 +85,29 @@ pub fn qk_norm_rope_write_rows<F: Float, D: Float>(
     let src = row * width + select(is_query, slot * head_dim, k_at + kv_head * head_dim);
     let eps = select(is_query, q_eps, k_eps);
     let per_lane = comptime!(head_dim.div_ceil(plane));
-    let mut staged = SharedMemory::<f32>::new(head_dim);
-
-    let mut squares = 0.0f32;
-    #[unroll]
-    for t in 0..per_lane {
-        let d = lane + t * plane;
-        if d < head_dim {
-            let v = projected::<F, D>(qkv, src + d, len, splits);
-            squares += v * v;
-        }
-    }
-    let rms = f32::sqrt(plane_sum(squares) / comptime!(head_dim as f32) + eps);
-    #[unroll]
-    for t in 0..per_lane {
-        let d = lane + t * plane;
-        if d < head_dim {
-            let w = select(is_query, f32::cast_from(q_norm[d]), f32::cast_from(k_norm[d]));
-            let normed = F::cast_from(projected::<F, D>(qkv, src + d, len, splits) / rms * w);
-            staged[d] = f32::cast_from(normed);
-        }
-    }
+    let mut staged = SharedMemory::<F>::new(head_dim);
+    normalise_head::<F, D>(
+        qkv,
+        src,
+        len,
+        q_norm,
+        k_norm,
+        is_query,
+        eps,
+        &mut staged,
+        0usize,
+        lane,
+        splits,
+        head_dim,
+        plane,
+    );
     sync_cube();
 
     #[unroll]
     for t in 0..per_lane {
         let d = lane + t * plane;
         if d < head_dim && active {
-            let mut out = staged[d];
-            if d < 2 * half {
-                let f = d % half;
-                let c = f32::cast_from(cos[row * half + f]);
-                let s = f32::cast_from(sin[row * half + f]);
-                let x1 = staged[f];
-                let x2 = staged[f + half];
-                out = x2 * c + x1 * s;
-                if d < half {
-                    out = x1 * c - x2 * s;
-                }
-            }
+            let out = rotated_dim::<F>(&staged, 0usize, d, cos, sin, row * half, half);
             if is_query {
                 q_out[((row - context_rows) * heads + slot) * head_dim + d] = F::cast_from(out);
             } else {
@@ -154,4 +134,83 @@ fn projected<F: Float, D: Float>(qkv: &Array<D>, i: usize, len: usize, #[comptim
         value = f32::cast_from(qkv[i]);
     }
     value
+}
+
+/// Stages one head of the projection (`qkv` from element `src`, read as [`projected()`] reads it)
+/// per-head RMS-normalised with the query or the key weight and rounded to `F`, as the separate
+/// norm stores it, into `staged[at..at + head_dim]`. A plane's lane `lane` takes dims `lane, lane
+/// + plane, …`; the plane sums the squares. Shared with the AR step's attention launch
+/// ([`super::attention_mma::attention_mma()`] with `project`), whose queries and caches must be
+/// these bits.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn normalise_head<F: Float, D: Float>(
+    qkv: &Array<D>,
+    src: usize,
+    len: usize,
+    q_norm: &Array<F>,
+    k_norm: &Array<F>,
+    is_query: bool,
+    eps: f32,
+    staged: &mut SharedMemory<F>,
+    at: usize,
+    lane: usize,
+    #[comptime] splits: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] plane: usize,
+) {
+    let per_lane = comptime!(head_dim.div_ceil(plane));
+    let mut squares = 0.0f32;
+    #[unroll]
+    for t in 0..per_lane {
+        let d = lane + t * plane;
+        if d < head_dim {
+            let v = projected::<F, D>(qkv, src + d, len, splits);
+            squares += v * v;
+        }
+    }
+    let rms = f32::sqrt(plane_sum(squares) / comptime!(head_dim as f32) + eps);
+    #[unroll]
+    for t in 0..per_lane {
+        let d = lane + t * plane;
+        if d < head_dim {
+            let w = select(is_query, f32::cast_from(q_norm[d]), f32::cast_from(k_norm[d]));
+            staged[at + d] = F::cast_from(projected::<F, D>(qkv, src + d, len, splits) / rms * w);
+        }
+    }
+}
+
+/// Dim `d` of the head staged at `staged[at..]` after the rotation, with the row's cos and sin
+/// from `cos[cs_at..]`, `sin[cs_at..]`: the first `2 · half` dims rotate, the rest pass through.
+#[cube]
+pub(crate) fn rotated_dim<F: Float>(
+    staged: &SharedMemory<F>,
+    at: usize,
+    d: usize,
+    cos: &Array<F>,
+    sin: &Array<F>,
+    cs_at: usize,
+    half: usize,
+) -> f32 {
+    let mut out = f32::cast_from(staged[at + d]);
+    if d < 2 * half {
+        let f = d % half;
+        let c = f32::cast_from(cos[cs_at + f]);
+        let s = f32::cast_from(sin[cs_at + f]);
+        let x1 = f32::cast_from(staged[at + f]);
+        let x2 = f32::cast_from(staged[at + f + half]);
+        out = rotate_pair(x1, x2, c, s, d < half);
+    }
+    out
+}
+
+/// NeoX's "rotate half" of one dim: `x1 · c − x2 · s` in the first half, `x2 · c + x1 · s` in
+/// the second, where `x1`, `x2` are the dims `f` and `f + half` of its pair.
+#[cube]
+fn rotate_pair(x1: f32, x2: f32, c: f32, s: f32, first_half: bool) -> f32 {
+    let mut out = x2 * c + x1 * s;
+    if first_half {
+        out = x1 * c - x2 * s;
+    }
+    out
 }
