@@ -798,24 +798,35 @@ fn delta_rule_checks<B: KernelOps>(device: &B::Device, checks: &mut Checks) {
     }
 }
 
-/// What a commit runs, at real shapes: the KV caches' compaction (Qwen3-8B's 8 × 128 and
-/// Qwen3.6-27B's 4 × 256 heads, a scattered path after 2048 rows), and at Qwen3.6-27B's Gated
-/// DeltaNet heads the delta rule's replay along the path to a 65-row tree's last row (rows read
-/// in place, f32 state) and the conv rows kept. Moves are exact; the replay within tolerance.
+/// What a commit runs, at real shapes: the KV caches' compaction (Qwen3-8B's 36 layers of 8 × 128
+/// heads and Qwen3.6-27B's 16 of 4 × 256, a scattered path after 2048 rows, every layer in one
+/// call), and at Qwen3.6-27B's Gated DeltaNet heads the delta rule's replay along the path to a
+/// 65-row tree's last row (rows read in place, f32 state) and the conv rows kept. Moves are
+/// exact; the replay within tolerance.
 fn commit_checks<B: KernelOps>(device: &B::Device, checks: &mut Checks) {
     let keep = [0, 3, 9, 10, 17, 30, 31, 40];
-    for (kv_heads, head_dim) in [(8, 128), (4, 256)] {
+    for (layers, kv_heads, head_dim) in [(36, 8, 128), (16, 4, 256)] {
         let (capacity, at) = (2200, 2048);
         let shape = [kv_heads, capacity, head_dim];
-        let (keys, keys_ref) =
-            on_device::<B, 3>(random(60, kv_heads * capacity * head_dim, 1.0), shape, device);
-        let (values, values_ref) =
-            on_device::<B, 3>(random(61, kv_heads * capacity * head_dim, 1.0), shape, device);
-        let (k, v) = B::compact_kv_rows(keys, values, at, &keep);
-        let (k_ref, v_ref) = Cpu::compact_kv_rows(keys_ref, values_ref, at, &keep);
-        let exact = host_f32(k) == host_f32(k_ref) && host_f32(v) == host_f32(v_ref);
+        let len = kv_heads * capacity * head_dim;
+        let (mut caches, mut caches_ref) = (Vec::new(), Vec::new());
+        for layer in 0..layers as u64 {
+            let (keys, keys_ref) = on_device::<B, 3>(random(60 + 2 * layer, len, 1.0), shape, device);
+            let (values, values_ref) = on_device::<B, 3>(random(61 + 2 * layer, len, 1.0), shape, device);
+            caches.push((keys, values));
+            caches_ref.push((keys_ref, values_ref));
+        }
+        let compacted = B::compact_kv_rows(caches, at, &keep);
+        let compacted_ref = Cpu::compact_kv_rows(caches_ref, at, &keep);
+        let exact = compacted.len() == layers
+            && compacted
+                .into_iter()
+                .zip(compacted_ref)
+                .all(|((k, v), (k_ref, v_ref))| {
+                    host_f32(k) == host_f32(k_ref) && host_f32(v) == host_f32(v_ref)
+                });
         checks.exact(
-            &format!("compact_kv_rows {kv_heads}×{head_dim}, {keep:?} at {at}"),
+            &format!("compact_kv_rows {layers} layers of {kv_heads}×{head_dim}, {keep:?} at {at}"),
             exact,
         );
     }

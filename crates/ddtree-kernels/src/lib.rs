@@ -36,6 +36,9 @@ use burn_tensor::{Int, Tensor, TensorData};
 
 pub use mask::{AncestorBits, AttentionContext, Visibility};
 
+/// A layer's key and value caches, `[kv_heads, capacity, head_dim]` each.
+pub type LayerCaches<B> = (Tensor<B, 3>, Tensor<B, 3>);
+
 /// Reads an integer tensor (token ids) back to the host.
 pub fn host_ids<B: Backend, const D: usize>(ids: Tensor<B, D, Int>) -> Vec<u32> {
     ids_of(ids.into_data())
@@ -227,15 +230,10 @@ pub trait KernelOps: Backend {
         reference::write_cache_rows(cache, rows, at)
     }
 
-    /// Moves rows `at + keep[i]` to `at + i` in a layer's key and value caches (of one shape)
-    /// ([`reference::compact_kv_rows`]).
-    fn compact_kv_rows(
-        keys: Tensor<Self, 3>,
-        values: Tensor<Self, 3>,
-        at: usize,
-        keep: &[usize],
-    ) -> (Tensor<Self, 3>, Tensor<Self, 3>) {
-        reference::compact_kv_rows(keys, values, at, keep)
+    /// Moves rows `at + keep[i]` to `at + i` in the key and value caches of every layer (a layer's
+    /// two of one shape): a commit's compaction in one call ([`reference::compact_kv_rows`]).
+    fn compact_kv_rows(caches: Vec<LayerCaches<Self>>, at: usize, keep: &[usize]) -> Vec<LayerCaches<Self>> {
+        reference::compact_kv_rows(caches, at, keep)
     }
 
     /// Grouped-query attention over a KV cache with the visibility of `ctx`

@@ -79,17 +79,21 @@ pub fn compact_cache_rows<B: Backend>(cache: Tensor<B, 3>, at: usize, keep: &[us
     cache.slice_assign([0..kv_heads, at..at + keep.len(), 0..head_dim], kept)
 }
 
-/// [`compact_cache_rows`] on a layer's key and value caches.
+/// [`compact_cache_rows`] on the key and value caches of every layer.
 pub fn compact_kv_rows<B: Backend>(
-    keys: Tensor<B, 3>,
-    values: Tensor<B, 3>,
+    caches: Vec<crate::LayerCaches<B>>,
     at: usize,
     keep: &[usize],
-) -> (Tensor<B, 3>, Tensor<B, 3>) {
-    (
-        compact_cache_rows(keys, at, keep),
-        compact_cache_rows(values, at, keep),
-    )
+) -> Vec<crate::LayerCaches<B>> {
+    caches
+        .into_iter()
+        .map(|(keys, values)| {
+            (
+                compact_cache_rows(keys, at, keep),
+                compact_cache_rows(values, at, keep),
+            )
+        })
+        .collect()
 }
 
 /// Attention of `q: [n, q_heads, head_dim]` over `k_cache`/`v_cache: [kv_heads, capacity,

@@ -184,7 +184,7 @@ fn cache_rows_are_written_and_compacted() {
         })
         .collect();
     let cache = B::write_cache_rows(cache, tensor(&rows, [4, kv_heads, head_dim]), 1);
-    let (cache, _) = B::compact_kv_rows(cache.clone(), cache, 1, &[0, 2, 3]);
+    let (cache, _) = B::compact_kv_rows(vec![(cache.clone(), cache)], 1, &[0, 2, 3]).remove(0);
     let got = values(cache);
     for h in 0..kv_heads {
         for (slot, source_row) in [(1, 0), (2, 2), (3, 3), (4, 3)] {

@@ -105,7 +105,11 @@ pub(crate) trait Mixer<B: KernelOps> {
     fn mix(&mut self, x: Tensor<B, 2>, block: &Block<'_, B>) -> Tensor<B, 2>;
     /// The output projection, `[rows, ·] → [rows, hidden]`.
     fn out_proj(&self) -> &Linear<B>;
-    /// Keeps the accepted rows (a root-first path of the pending block) after `at` committed rows.
+    /// The layer's KV cache, if it has one: the stack compacts every layer's at a commit, in one
+    /// call.
+    fn kv_cache(&mut self) -> Option<&mut KvCache<B>>;
+    /// Keeps the accepted rows (a root-first path of the pending block) after `at` committed rows
+    /// of the state other than a KV cache.
     fn commit(&mut self, at: usize, accepted: &[usize]);
     /// Forgets the sequence.
     fn reset(&mut self);
@@ -120,11 +124,12 @@ impl<B: KernelOps> Mixer<B> for Attention<B> {
         self.o_proj()
     }
 
-    fn commit(&mut self, at: usize, accepted: &[usize]) {
-        if !is_identity(accepted) {
-            self.compact(at, accepted);
-        }
+    fn kv_cache(&mut self) -> Option<&mut KvCache<B>> {
+        Some(self.cache_mut())
     }
+
+    // The KV cache is all its state.
+    fn commit(&mut self, _at: usize, _accepted: &[usize]) {}
 
     // Rows past the cursor are simply overwritten.
     fn reset(&mut self) {}
@@ -322,6 +327,13 @@ impl<B: KernelOps, M: Mixer<B>> Stack<B, M> {
             check_path(&self.pending_parents, accepted)?;
         }
         let at = self.cursor.committed();
+        if !is_identity(accepted) {
+            KvCache::compact_layers(
+                self.layers.iter_mut().filter_map(|l| l.mixer.kv_cache()),
+                at,
+                accepted,
+            );
+        }
         self.layers.iter_mut().for_each(|l| l.mixer.commit(at, accepted));
         self.cursor.advance(accepted.len());
         Ok(())

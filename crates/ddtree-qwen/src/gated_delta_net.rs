@@ -21,7 +21,7 @@
 //! layer runs, the states along one root-to-leaf path (at most `depth + 1`).
 
 use burn_tensor::{DType, Tensor, TensorCreationOptions};
-use ddtree_kernels::nn::Linear;
+use ddtree_kernels::nn::{KvCache, Linear};
 use ddtree_kernels::{GdnHeads, KernelOps, index_tensor};
 use ddtree_weights::{GdnProjectionLayout, Qwen35Config, TensorSource};
 
@@ -177,6 +177,10 @@ impl<B: KernelOps> Mixer<B> for GatedDeltaNet<B> {
 
     fn out_proj(&self) -> &Linear<B> {
         &self.out_proj
+    }
+
+    fn kv_cache(&mut self) -> Option<&mut KvCache<B>> {
+        None
     }
 
     fn commit(&mut self, _at: usize, accepted: &[usize]) {

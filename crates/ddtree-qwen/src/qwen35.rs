@@ -10,7 +10,7 @@
 
 use burn_tensor::Tensor;
 use ddtree_kernels::KernelOps;
-use ddtree_kernels::nn::{Attention, HeadShape, Linear};
+use ddtree_kernels::nn::{Attention, HeadShape, KvCache, Linear};
 use ddtree_weights::{Checkpoint, LayerType, Qwen35Config, TensorSource};
 
 use crate::decoder::{Block, Mixer, Stack, StackSpec, Weights};
@@ -37,6 +37,13 @@ impl<B: KernelOps> Mixer<B> for HybridMixer<B> {
         match self {
             Self::Attention(m) => Mixer::out_proj(m),
             Self::DeltaNet(m) => m.out_proj(),
+        }
+    }
+
+    fn kv_cache(&mut self) -> Option<&mut KvCache<B>> {
+        match self {
+            Self::Attention(m) => Mixer::kv_cache(m),
+            Self::DeltaNet(m) => m.kv_cache(),
         }
     }
 

@@ -33,7 +33,7 @@ use cubecl::server::CopyDescriptor;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::nn::{HeadShape, QkvRows};
-use crate::{AttentionContext, GdnConv, GdnHeads, KernelOps, Visibility};
+use crate::{AttentionContext, GdnConv, GdnHeads, KernelOps, LayerCaches, Visibility};
 
 /// The GPU backend the project runs on NVIDIA devices: burn's CubeCL CUDA backend in bf16 (f32
 /// accumulation inside the kernels), without burn's fusion layer so our kernels see plain
@@ -67,6 +67,9 @@ const NORM_UNITS: u32 = 512;
 const ARGMAX_UNITS: u32 = 1024;
 /// Units per cube for element-wise kernels.
 const ELEMENTWISE_CUBE: u32 = 256;
+/// The most layers one [`cache::compact_rows`] launch compacts (a kernel variant per count;
+/// Qwen3-8B has 36 attention layers, Qwen3.6-27B 16).
+const MAX_COMPACT_LAYERS: usize = 64;
 
 /// Whether linear layers of more than [`linear::MAX_ROWS`] rows use [`linear_tiled`].
 static TENSOR_CORES: AtomicBool = AtomicBool::new(true);
@@ -339,47 +342,68 @@ where
         float(cache)
     }
 
-    fn compact_kv_rows(
-        keys: Tensor<Self, 3>,
-        values: Tensor<Self, 3>,
-        at: usize,
-        keep: &[usize],
-    ) -> (Tensor<Self, 3>, Tensor<Self, 3>) {
-        let [kv_heads, capacity, head_dim] = keys.dims();
-        let (keys, values) = (keys.into_primitive().tensor(), values.into_primitive().tensor());
-        // In place when the caches are ours alone (the decode loop's case) and laid out alike;
-        // otherwise copies.
-        if !caches_in_place(&keys, &values) || keep.is_empty() {
-            return crate::reference::compact_kv_rows(float(keys), float(values), at, keep);
+    fn compact_kv_rows(caches: Vec<LayerCaches<Self>>, at: usize, keep: &[usize]) -> Vec<LayerCaches<Self>> {
+        let caches: Vec<_> = caches
+            .into_iter()
+            .map(|(keys, values)| (keys.into_primitive().tensor(), values.into_primitive().tensor()))
+            .collect();
+        let float_all = |caches: Vec<(CubeTensor<R>, CubeTensor<R>)>| {
+            caches.into_iter().map(|(k, v)| (float(k), float(v))).collect()
+        };
+        // In place when every layer's caches are ours alone (the decode loop's case) and all of
+        // them share one layout; otherwise copies.
+        let Some((first, _)) = caches.first() else {
+            return Vec::new();
+        };
+        let (shape, strides) = (first.meta.shape().clone(), first.meta.strides().clone());
+        let in_place = caches.iter().all(|(k, v)| {
+            caches_in_place(k, v)
+                && k.meta.shape() == &shape
+                && v.meta.shape() == &shape
+                && k.meta.strides() == &strides
+        });
+        if !in_place || keep.is_empty() {
+            return crate::reference::compact_kv_rows(float_all(caches), at, keep);
         }
+        let [kv_heads, capacity, head_dim] = [shape[0], shape[1], shape[2]];
         assert!(
-            values.meta.shape() == keys.meta.shape()
-                && keep.windows(2).all(|w| w[0] < w[1])
-                && at + keep[keep.len() - 1] < capacity,
-            "compact_kv_rows: caches of one shape; keep must increase and stay inside them"
+            keep.windows(2).all(|w| w[0] < w[1]) && at + keep[keep.len() - 1] < capacity,
+            "compact_kv_rows: keep must increase and stay inside the caches"
         );
-        let keep: Vec<u32> = keep.iter().map(|&k| k as u32).collect();
-        let (head_stride, row_stride) = (keys.meta.strides()[0], keys.meta.strides()[1]);
-        let (count, dim) = elementwise_grid(kv_heads * head_dim);
-        // SAFETY: rows `at + keep[i]` lie inside both caches (checked above, same shape and
-        // strides) and `keep` increases.
-        unsafe {
-            cache::compact_rows::launch_unchecked::<F, R>(
-                &keys.client,
-                count,
-                dim,
-                view_array(&keys),
-                view_array(&values),
-                upload::upload_words(&keys.client, &keys.device, &keep),
-                keep.len(),
-                kv_heads,
-                head_dim,
-                head_stride,
-                row_stride,
-                at,
-            );
+        let client = first.client.clone();
+        let keep_words: Vec<u32> = keep.iter().map(|&k| k as u32).collect();
+        // Two bindings per layer, beside `keep` (and a runtime's own): a device with few bindings
+        // takes the layers in groups.
+        let max_bindings = client.properties().hardware.max_bindings as usize;
+        let per_launch = (max_bindings.saturating_sub(2) / 2).clamp(1, MAX_COMPACT_LAYERS);
+        let (cubes, dim) = elementwise_grid(kv_heads * head_dim);
+        let CubeCount::Static(cubes_x, _, _) = cubes else {
+            unreachable!("elementwise_grid counts its cubes statically")
+        };
+        for group in caches.chunks(per_launch) {
+            let keys: SequenceArg<R, Array<F>> = group.iter().map(|(k, _)| view_array(k)).collect();
+            let values: SequenceArg<R, Array<F>> = group.iter().map(|(_, v)| view_array(v)).collect();
+            // SAFETY: rows `at + keep[i]` lie inside every layer's caches (checked above, one
+            // shape and strides) and `keep` increases.
+            unsafe {
+                cache::compact_rows::launch_unchecked::<F, R>(
+                    &client,
+                    CubeCount::Static(cubes_x, group.len() as u32, 1),
+                    dim,
+                    keys,
+                    values,
+                    upload::upload_words(&client, &first.device, &keep_words),
+                    keep.len(),
+                    kv_heads,
+                    head_dim,
+                    strides[0],
+                    strides[1],
+                    at,
+                    group.len(),
+                );
+            }
         }
-        (float(keys), float(values))
+        float_all(caches)
     }
 
     fn cached_attention(

@@ -156,8 +156,9 @@ impl<B: KernelOps> Attention<B> {
         &self.o_proj
     }
 
-    /// Commit: moves the accepted rows of the block at `at` to contiguous positions.
-    pub fn compact(&mut self, at: usize, keep: &[usize]) {
-        self.cache.compact(at, keep);
+    /// The layer's KV cache (a commit compacts every layer's at once:
+    /// [`KvCache::compact_layers`]).
+    pub fn cache_mut(&mut self) -> &mut KvCache<B> {
+        &mut self.cache
     }
 }

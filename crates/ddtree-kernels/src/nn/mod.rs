@@ -244,9 +244,20 @@ impl<B: KernelOps> KvCache<B> {
         queries.expect("the update closure always runs")
     }
 
-    /// Moves rows `at + keep[i]` to `at + i` (`keep` increasing).
-    pub fn compact(&mut self, at: usize, keep: &[usize]) {
-        self.update(|keys, values| B::compact_kv_rows(keys, values, at, keep));
+    /// Moves rows `at + keep[i]` to `at + i` (`keep` increasing) in each of `caches` (a model's
+    /// layers): one [`KernelOps::compact_kv_rows`] call for all of them.
+    pub fn compact_layers<'a>(caches: impl IntoIterator<Item = &'a mut Self>, at: usize, keep: &[usize])
+    where
+        B: 'a,
+    {
+        let mut caches: Vec<&mut Self> = caches.into_iter().collect();
+        let taken = caches
+            .iter_mut()
+            .map(|c| c.keys_values.take().expect("KvCache always holds its tensors"))
+            .collect();
+        for (cache, compacted) in caches.into_iter().zip(B::compact_kv_rows(taken, at, keep)) {
+            cache.keys_values = Some(compacted);
+        }
     }
 
     /// The key and value tensors (cheap handles).

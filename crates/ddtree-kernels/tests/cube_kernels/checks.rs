@@ -7,7 +7,7 @@ use burn_ndarray::NdArray;
 use burn_tensor::{FloatDType, Int, Tensor, TensorData};
 use burn_wgpu::WgpuDevice;
 use ddtree_kernels::nn::QkvRows;
-use ddtree_kernels::{KernelOps, host_f32, host_ids, reference};
+use ddtree_kernels::{KernelOps, LayerCaches, host_f32, host_ids, reference};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -482,27 +482,39 @@ fn write_cache_rows_matches_reference() {
     assert_eq!(host_f32(shared), cache, "the other owner's cache changed");
 }
 
-/// Kept rows move down to `at + i` in every head of a key and a value cache, in place: a shift
-/// by one row (every target is the next row's source), gaps that span the kernel's chunks of
-/// rows, one row, the identity; also when one cache is shared (the other owner's copy stays as
-/// it was).
+/// Kept rows move down to `at + i` in every head of every layer's key and value cache, in place:
+/// a shift by one row (every target is the next row's source), gaps that span the kernel's chunks
+/// of rows, one row, the identity; five layers of their own values (more than one launch takes
+/// where the device has few bindings); also when one layer's cache is shared (every layer falls
+/// back to copies, and the other owner's copy stays as it was).
 #[test]
 fn compact_kv_rows_matches_reference() {
     let device = gpu();
-    let (kv_heads, capacity, head_dim, at) = (3, 48, 16, 5);
+    let (layers, kv_heads, capacity, head_dim, at) = (5, 3, 48, 16, 5);
     let shape = [kv_heads, capacity, head_dim];
-    let (keys, values) = (exact(43, kv_heads * capacity * head_dim), exact(44, kv_heads * capacity * head_dim));
+    let len = kv_heads * capacity * head_dim;
+    let caches: Vec<[Vec<f32>; 2]> = (0..layers as u64).map(|l| [exact(43 + 2 * l, len), exact(44 + 2 * l, len)]).collect();
     let cpu = Default::default();
     let shift: Vec<usize> = (1..21).collect();
     let gaps: Vec<usize> = (0..19).map(|i| i * 2 - i / 3).collect();
+    let on_gpu = || -> Vec<_> {
+        caches.iter().map(|[k, v]| (tensor::<Gpu, 3>(k, shape, &device), tensor::<Gpu, 3>(v, shape, &device))).collect()
+    };
+    let hosted = |compacted: Vec<LayerCaches<Gpu>>| -> Vec<[Vec<f32>; 2]> {
+        compacted.into_iter().map(|(k, v)| [host_f32(k), host_f32(v)]).collect()
+    };
     for keep in [shift, gaps, vec![3], (0..6).collect()] {
-        let want = [&keys, &values].map(|cache| host_f32(reference::compact_cache_rows(tensor::<Cpu, 3>(cache, shape, &cpu), at, &keep)));
-        let (k, v) = Gpu::compact_kv_rows(tensor(&keys, shape, &device), tensor(&values, shape, &device), at, &keep);
-        assert_eq!([host_f32(k), host_f32(v)], want, "{NAME} keep {keep:?}: in place");
-        let shared = tensor::<Gpu, 3>(&values, shape, &device);
-        let (k, v) = Gpu::compact_kv_rows(tensor(&keys, shape, &device), shared.clone(), at, &keep);
-        assert_eq!([host_f32(k), host_f32(v)], want, "{NAME} keep {keep:?}: shared cache");
-        assert_eq!(host_f32(shared), values, "{NAME} keep {keep:?}: the other owner's cache changed");
+        let want: Vec<[Vec<f32>; 2]> = caches
+            .iter()
+            .map(|layer| layer.each_ref().map(|cache| host_f32(reference::compact_cache_rows(tensor::<Cpu, 3>(cache, shape, &cpu), at, &keep))))
+            .collect();
+        let got = hosted(Gpu::compact_kv_rows(on_gpu(), at, &keep));
+        assert_eq!(got, want, "{NAME} keep {keep:?}: in place");
+        let layers_caches = on_gpu();
+        let shared = layers_caches[2].1.clone();
+        let got = hosted(Gpu::compact_kv_rows(layers_caches, at, &keep));
+        assert_eq!(got, want, "{NAME} keep {keep:?}: a shared cache");
+        assert_eq!(host_f32(shared), caches[2][1], "{NAME} keep {keep:?}: the other owner's cache changed");
     }
 }
 
