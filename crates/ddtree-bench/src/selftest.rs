@@ -586,9 +586,6 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
     checks.verdict()
 }
 
-/// The Gated DeltaNet's checks (`--only gated-delta-net`, and part of every run): the delta rule,
-/// the conv stage, gates and gated norm, what a commit runs, and with `--sweep-delta` on CUDA
-/// the delta rule's units per column.
 /// An AR step's QKV projection, q/k norm + RoPE, cache write and attention as one op
 /// ([`KernelOps::linear_qk_norm_rope_attention`]; on CUDA the rotation runs inside the attention
 /// launch): against the reference, and bit for bit the separate ops, each on fresh caches (the op
@@ -664,6 +661,9 @@ fn rotation_in_attention_checks<B: KernelOps>(device: &B::Device, checks: &mut C
     }
 }
 
+/// The Gated DeltaNet's checks (`--only gated-delta-net`, and part of every run): the delta rule,
+/// the conv stage, gates and gated norm, what a commit runs, and with `--sweep-delta` on CUDA
+/// the delta rule's units per column.
 fn gated_delta_net_checks<B: KernelOps>(
     device: &B::Device,
     args: &Args,
