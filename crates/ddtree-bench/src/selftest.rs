@@ -76,6 +76,9 @@ enum Group {
     GatedDeltaNet,
     /// The tensor-core linear's checks (CUDA), and its sweeps asked for.
     TensorCores,
+    /// The attention at Qwen3-8B's heads and others, and an AR step's attention with its
+    /// rotation and its split merge inside.
+    Attention,
 }
 
 /// The tensor-core linear's checks and the sweeps of its launch shapes asked for (CUDA only:
@@ -240,6 +243,10 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         }
         Some(Group::TensorCores) => {
             tensor_core_checks(args, &mut checks)?;
+            return checks.verdict();
+        }
+        Some(Group::Attention) => {
+            attention_checks::<B>(device, args, &mut checks)?;
             return checks.verdict();
         }
         None => {}
@@ -483,7 +490,57 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
             json!({ "check": format!("linear_qk_norm_rope_write {n}x{hidden} · {width}x{hidden}ᵀ ({context_rows} context): fused = separate launches"), "exact": exact, "ok": exact })
         );
     }
-    rotation_in_attention_checks::<B>(device, &mut checks);
+    attention_checks::<B>(device, args, &mut checks)?;
+    {
+        let (rows, cols) = (17, 151936);
+        let (l, l_ref) = on_device::<B, 2>(random(7, rows * cols, 8.0), [rows, cols], device);
+        let want: Vec<f32> = host_ids(Cpu::argmax(l_ref))
+            .into_iter()
+            .map(|i| i as f32)
+            .collect();
+        let got: Vec<f32> = host_ids(B::argmax(l)).into_iter().map(|i| i as f32).collect();
+        // Token ids must match exactly (ties resolve to the first index on both sides).
+        let exact = got == want;
+        checks.failures += usize::from(!exact);
+        println!(
+            "{}",
+            json!({ "check": format!("argmax {rows}x{cols}"), "exact": exact, "ok": exact })
+        );
+    }
+
+    for (rows, cols, k) in [(15, 151936, 64), (15, 151936, 8), (3, 1000, 256)] {
+        let (l, l_ref) = on_device::<B, 2>(random(19, rows * cols, 8.0), [rows, cols], device);
+        let held = host_f32(l_ref.clone());
+        let (want_values, want_ids) = Cpu::top_k_log_softmax(l_ref, k);
+        let (values, ids) = B::top_k_log_softmax(l, k);
+        let name = format!("top_k_log_softmax {rows}x{cols}, k={k}");
+        checks.compare(&name, &host_f32(values), &host_f32(want_values));
+        // bf16 has fewer distinct values than a row has columns, so ties are certain: each rank's
+        // id must hold the reference's logit at that rank (the same choice up to ties).
+        let logit_at = |ids: Vec<u32>| -> Vec<f32> {
+            ids.iter()
+                .enumerate()
+                .map(|(i, &c)| held[(i / k) * cols + c as usize])
+                .collect()
+        };
+        let exact = logit_at(host_ids(ids)) == logit_at(host_ids(want_ids));
+        checks.failures += usize::from(!exact);
+        println!(
+            "{}",
+            json!({ "check": format!("{name} ids (up to ties)"), "exact": exact, "ok": exact })
+        );
+    }
+    gated_delta_net_checks::<B>(device, args, &mut checks)?;
+    if !args.no_bandwidth {
+        bandwidth::<B>(device, "linear", &[1, 65], <B as KernelOps>::linear)?;
+    }
+    checks.verdict()
+}
+
+/// The attention (`--only attention`, and part of every run): an AR step's with its rotation
+/// (and on CUDA its split merge) inside, then every visibility at Qwen3-8B's heads and others.
+fn attention_checks<B: KernelOps>(device: &B::Device, args: &Args, checks: &mut Checks) -> Result<(), Error> {
+    rotation_in_attention_checks::<B>(device, args.device == Device::Cuda, checks);
     // Qwen3-8B's heads (32 q / 8 kv × 128), a Qwen3.5 layout (24 / 4 × 256) and head_dim 64
     // with six query heads per KV head: one row (AR), fewer than 16 queries per KV head, drafter
     // blocks and trees (tensor cores on CUDA: `mma.sync` up to head_dim 128, WMMA above), a
@@ -533,57 +590,13 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
                 ..ctx
             };
             let exact = host_f32(B::cached_attention(q, k, v, &masked, scale)) == got;
-            checks.failures += usize::from(!exact);
-            println!(
-                "{}",
-                json!({ "check": format!("attention {rows} rows after {prefix}, {q_heads}/{kv_heads}×{head_dim}, {mode}: unmasked steps = masked"), "exact": exact, "ok": exact })
+            checks.exact(
+                &format!("attention {rows} rows after {prefix}, {q_heads}/{kv_heads}×{head_dim}, {mode}: unmasked steps = masked"),
+                exact,
             );
         }
     }
-    {
-        let (rows, cols) = (17, 151936);
-        let (l, l_ref) = on_device::<B, 2>(random(7, rows * cols, 8.0), [rows, cols], device);
-        let want: Vec<f32> = host_ids(Cpu::argmax(l_ref))
-            .into_iter()
-            .map(|i| i as f32)
-            .collect();
-        let got: Vec<f32> = host_ids(B::argmax(l)).into_iter().map(|i| i as f32).collect();
-        // Token ids must match exactly (ties resolve to the first index on both sides).
-        let exact = got == want;
-        checks.failures += usize::from(!exact);
-        println!(
-            "{}",
-            json!({ "check": format!("argmax {rows}x{cols}"), "exact": exact, "ok": exact })
-        );
-    }
-
-    for (rows, cols, k) in [(15, 151936, 64), (15, 151936, 8), (3, 1000, 256)] {
-        let (l, l_ref) = on_device::<B, 2>(random(19, rows * cols, 8.0), [rows, cols], device);
-        let held = host_f32(l_ref.clone());
-        let (want_values, want_ids) = Cpu::top_k_log_softmax(l_ref, k);
-        let (values, ids) = B::top_k_log_softmax(l, k);
-        let name = format!("top_k_log_softmax {rows}x{cols}, k={k}");
-        checks.compare(&name, &host_f32(values), &host_f32(want_values));
-        // bf16 has fewer distinct values than a row has columns, so ties are certain: each rank's
-        // id must hold the reference's logit at that rank (the same choice up to ties).
-        let logit_at = |ids: Vec<u32>| -> Vec<f32> {
-            ids.iter()
-                .enumerate()
-                .map(|(i, &c)| held[(i / k) * cols + c as usize])
-                .collect()
-        };
-        let exact = logit_at(host_ids(ids)) == logit_at(host_ids(want_ids));
-        checks.failures += usize::from(!exact);
-        println!(
-            "{}",
-            json!({ "check": format!("{name} ids (up to ties)"), "exact": exact, "ok": exact })
-        );
-    }
-    gated_delta_net_checks::<B>(device, args, &mut checks)?;
-    if !args.no_bandwidth {
-        bandwidth::<B>(device, "linear", &[1, 65], <B as KernelOps>::linear)?;
-    }
-    checks.verdict()
+    Ok(())
 }
 
 /// An AR step's QKV projection, q/k norm + RoPE, cache write and attention as one op
@@ -592,7 +605,8 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
 /// writes them in place). Qwen3-8B's heads after 2048 keys (the new key alone in the last split)
 /// and after 2000 (17 keys in it), and six query heads of 64 per KV head (two rounds of heads per
 /// plane).
-fn rotation_in_attention_checks<B: KernelOps>(device: &B::Device, checks: &mut Checks) {
+/// On CUDA also the split merge in the attention launch's last cube against its own launch.
+fn rotation_in_attention_checks<B: KernelOps>(device: &B::Device, on_cuda: bool, checks: &mut Checks) {
     for (heads, kv_heads, head_dim, prefix) in [(32, 8, 128, 2048), (32, 8, 128, 2000), (24, 4, 64, 900)] {
         let (hidden, half, capacity) = (1024, head_dim / 2, prefix + 8);
         let width = (heads + 2 * kv_heads) * head_dim;
@@ -641,9 +655,9 @@ fn rotation_in_attention_checks<B: KernelOps>(device: &B::Device, checks: &mut C
             scale,
         );
         let separate = ddtree_kernels::linear_qk_norm_rope_attention_unfused::<B>(
-            x,
-            w,
-            rows([qn, kn], [cos, sin], shape),
+            x.clone(),
+            w.clone(),
+            rows([qn.clone(), kn.clone()], [cos.clone(), sin.clone()], shape),
             fresh(&k),
             fresh(&v),
             &ctx,
@@ -658,6 +672,27 @@ fn rotation_in_attention_checks<B: KernelOps>(device: &B::Device, checks: &mut C
         let exact =
             out == host_f32(separate.0) && keys == host_f32(separate.1) && values == host_f32(separate.2);
         checks.exact(&format!("{name}: fused = separate launches"), exact);
+        #[cfg(feature = "cuda")]
+        if on_cuda {
+            // The same attention with its splits merged by a launch of their own: the same bits.
+            ddtree_kernels::cube::set_fold_combine(false);
+            let apart = B::linear_qk_norm_rope_attention(
+                x,
+                w,
+                rows([qn, kn], [cos, sin], shape),
+                fresh(&k),
+                fresh(&v),
+                &ctx,
+                scale,
+            );
+            ddtree_kernels::cube::set_fold_combine(true);
+            checks.exact(
+                &format!("{name}: split merge in the last cube = its own launch"),
+                out == host_f32(apart.0),
+            );
+        }
+        #[cfg(not(feature = "cuda"))]
+        let _ = on_cuda;
     }
 }
 

@@ -59,6 +59,10 @@ pub struct Args {
     /// of its own), on CUDA.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     rotate_in_attention: bool,
+    /// An AR step's split merge in its attention launch's last cube (`false`: a launch of its
+    /// own), on CUDA.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    fold_combine: bool,
 }
 
 /// Model shapes.
@@ -463,13 +467,15 @@ fn run_with<B: KernelOps, T: StageTarget<B>>(
     {
         ddtree_kernels::cube::set_tensor_cores(args.tensor_cores);
         ddtree_kernels::cube::set_rotate_in_attention(args.rotate_in_attention);
+        ddtree_kernels::cube::set_fold_combine(args.fold_combine);
     }
     println!(
         "{}",
         json!({ "device": crate::describe(args.device), "preset": format!("{:?}", args.preset),
                 "context": args.context, "reps": args.reps, "warmup": args.warmup,
                 "tensor_cores": args.tensor_cores,
-                "rotate_in_attention": args.rotate_in_attention })
+                "rotate_in_attention": args.rotate_in_attention,
+                "fold_combine": args.fold_combine })
     );
 
     let t = Instant::now();

@@ -623,14 +623,8 @@ pub fn attention_tiles<F: Float, N: Size>(
 }
 
 /// Merges the splits of [`attention_splits()`], [`attention_tiles()`] or
-/// [`super::attention_mma::attention_mma()`]: `out = Σ_s acc_s · e^(m_s − M) / Σ_s l_s ·
-/// e^(m_s − M)` for each (row, head). One cube per query: plane `p` merges splits `p`,
-/// `p + planes`, … (at most `per_plane`, unrolled so that all of their loads are in flight at
-/// once; lanes over the head dimension) into its own maximum, sum and accumulator, and the
-/// planes' results meet once in shared memory — a walk of dependent loads (one split after the
-/// other, or a second pass after a cube-wide maximum) costs a memory latency per step.
-/// Launch with `CubeCount = rows · q_heads`, `CubeDim = (plane, planes)` and
-/// `planes · per_plane ≥ splits`.
+/// [`super::attention_mma::attention_mma()`]: a plane per query ([`merge_splits()`]).
+/// Launch with `CubeCount = ⌈queries / planes⌉`, `CubeDim = (plane, planes)`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn attention_combine<F: Float>(
@@ -641,93 +635,100 @@ pub fn attention_combine<F: Float>(
     splits: usize,
     #[comptime] head_dim: usize,
     #[comptime] plane: usize,
-    #[comptime] planes: usize,
-    #[comptime] per_plane: usize,
 ) {
-    let query = CUBE_POS_X as usize;
-    let lane = UNIT_POS_X as usize;
-    let me = UNIT_POS_Y as usize;
-    let per_lane = comptime!(head_dim.div_ceil(plane));
+    let query = CUBE_POS_X as usize * CUBE_DIM_Y as usize + UNIT_POS_Y as usize;
+    if query < queries {
+        merge_splits::<F>(
+            part_acc,
+            part_ml,
+            out,
+            query,
+            queries,
+            splits,
+            UNIT_POS_X as usize,
+            head_dim,
+            plane,
+        );
+    }
+}
 
-    // Every load of the plane's splits first; a missing split weighs e^(min − M) = 0.
-    let mut ms = Array::<f32>::new(per_plane);
-    let mut ls = Array::<f32>::new(per_plane);
-    let mut accs = Array::<f32>::new(comptime!(per_plane * per_lane));
-    #[unroll]
-    for i in 0..per_plane {
-        let s = me + i * planes;
-        ms[i] = f32::min_value();
-        ls[i] = 0.0f32;
-        if s < splits {
-            ms[i] = part_ml[2 * (s * queries + query)];
-            ls[i] = part_ml[2 * (s * queries + query) + 1];
-        }
-        #[unroll]
-        for t in 0..per_lane {
-            let d = lane + t * plane;
-            accs[comptime!(i * per_lane + t)] = 0.0f32;
-            if s < splits && d < head_dim {
-                accs[comptime!(i * per_lane + t)] = part_acc[(s * queries + query) * head_dim + d];
-            }
-        }
-    }
+/// Splits whose loads one plane of [`merge_splits()`] has in flight at once.
+pub const MERGE_AHEAD: usize = 12;
+
+/// `out[query] = Σ_s acc_s · e^(m_s − M) / Σ_s l_s · e^(m_s − M)` over the `splits` partial
+/// results of `query` (`M` their maximum), by one plane: lanes over the head dimension, the
+/// splits in order, [`MERGE_AHEAD`] at a time with every load of a group in flight together (a
+/// walk of one split after the other costs a memory latency per split); a group raises the
+/// running maximum and rescales what came before, as the attention kernels do over keys. Every
+/// lane computes the maxima and sums itself, the same bits everywhere. Split `s` of query `q`
+/// lies at `s · queries + q` of `part_ml` (maximum, sum) and of `part_acc` (`head_dim` values).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn merge_splits<F: Float>(
+    part_acc: &Array<f32>,
+    part_ml: &Array<f32>,
+    out: &mut Array<F>,
+    query: usize,
+    queries: usize,
+    splits: usize,
+    lane: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] plane: usize,
+) {
+    let per_lane = comptime!(head_dim.div_ceil(plane));
     let mut top = f32::min_value();
-    #[unroll]
-    for i in 0..per_plane {
-        top = f32::max(top, ms[i]);
-    }
-    let mut sum = 0.0f32;
+    let mut total = 0.0f32;
     let mut acc = Array::<f32>::new(per_lane);
     #[unroll]
     for t in 0..per_lane {
         acc[t] = 0.0f32;
     }
-    #[unroll]
-    for i in 0..per_plane {
-        let w = f32::exp(ms[i] - top);
-        sum += ls[i] * w;
+    let mut first = 0usize;
+    while first < splits {
+        // A group's loads first; past the last split, the last one again (weighed 0).
+        let mut ms = Array::<f32>::new(MERGE_AHEAD);
+        let mut ls = Array::<f32>::new(MERGE_AHEAD);
+        let mut vals = Array::<f32>::new(comptime!(MERGE_AHEAD * per_lane));
+        #[unroll]
+        for i in 0..MERGE_AHEAD {
+            let at = usize::min(first + i, splits - 1) * queries + query;
+            ms[i] = part_ml[2 * at];
+            ls[i] = part_ml[2 * at + 1];
+            #[unroll]
+            for t in 0..per_lane {
+                let d = usize::min(lane + t * plane, head_dim - 1);
+                vals[comptime!(i * per_lane + t)] = part_acc[at * head_dim + d];
+            }
+        }
+        let mut group_top = top;
+        #[unroll]
+        for i in 0..MERGE_AHEAD {
+            group_top = f32::max(group_top, ms[i]);
+        }
+        let rescale = f32::exp(top - group_top);
+        top = group_top;
+        total *= rescale;
         #[unroll]
         for t in 0..per_lane {
-            acc[t] += accs[comptime!(i * per_lane + t)] * w;
+            acc[t] *= rescale;
         }
-    }
-
-    // The planes' maxima, sums and accumulators, merged by every unit for its dimensions.
-    let mut ml_s = SharedMemory::<f32>::new(comptime!(2 * planes));
-    let mut acc_s = SharedMemory::<f32>::new(comptime!(planes * head_dim));
-    if lane == 0 {
-        ml_s[2 * me] = top;
-        ml_s[2 * me + 1] = sum;
+        #[unroll]
+        for i in 0..MERGE_AHEAD {
+            let w = select(first + i < splits, f32::exp(ms[i] - top), 0.0f32);
+            total += ls[i] * w;
+            #[unroll]
+            for t in 0..per_lane {
+                acc[t] += vals[comptime!(i * per_lane + t)] * w;
+            }
+        }
+        first += MERGE_AHEAD;
     }
     #[unroll]
     for t in 0..per_lane {
         let d = lane + t * plane;
         if d < head_dim {
-            acc_s[me * head_dim + d] = acc[t];
+            out[query * head_dim + d] = F::cast_from(acc[t] / total);
         }
-    }
-    sync_cube();
-    let mut m = ml_s[0];
-    #[unroll]
-    for p in 1..planes {
-        m = f32::max(m, ml_s[2 * p]);
-    }
-    let mut total = 0.0f32;
-    let mut scales = Array::<f32>::new(planes);
-    #[unroll]
-    for p in 0..planes {
-        scales[p] = f32::exp(ml_s[2 * p] - m);
-        total += ml_s[2 * p + 1] * scales[p];
-    }
-    let mut d = UNIT_POS as usize;
-    while d < head_dim {
-        let mut o = 0.0f32;
-        #[unroll]
-        for p in 0..planes {
-            o += acc_s[p * head_dim + d] * scales[p];
-        }
-        out[query * head_dim + d] = F::cast_from(o / total);
-        d += comptime!(plane * planes);
     }
 }
 

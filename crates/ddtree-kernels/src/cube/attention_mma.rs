@@ -9,7 +9,8 @@
 use cubecl::prelude::barrier::{Barrier, copy_async};
 use cubecl::prelude::*;
 
-use super::attention::{FULL, sees};
+use super::attention::{FULL, merge_splits, sees};
+use super::fence::last_cube;
 use super::rope::{normalise_head, rotated_dim};
 
 /// Planes per cube of [`attention_mma()`], each with [`MMA_PLANE_QUERIES`] queries of the cube's
@@ -82,12 +83,17 @@ fn merge_pitch(head_dim: usize) -> usize {
 /// `prefix_len` before copying keys — the launch of [`super::rope::qk_norm_rope_write_rows()`]
 /// folded in, in its arithmetic (the same bits). The other splits issue their first copies first.
 ///
+/// With `fold` (`split_keys`, more than one split; CUDA only, for its fence) the cube that
+/// stores a KV head's last partial results merges the head's splits itself ([`last_cube()`] on
+/// `counters[kv_head]`, [`merge_splits()`] a plane per query) — the launch of
+/// [`super::attention::attention_combine()`] folded in, in its arithmetic (the same bits).
+///
 /// Launch with `CubeCount = (kv_heads, splits, ⌈rows · group / queries per cube⌉)` — the
 /// queries per cube are [`MMA_QUERIES`], or [`MMA_PLANE_QUERIES`] with `split_keys` —,
 /// `CubeDim = (32, MMA_QUERY_PLANES)`, `N` 16 bytes of `F` (a 2-byte float), `head_dim` a
 /// multiple of 32 up to [`MMA_MAX_HEAD_DIM`], `keys_per_split` a multiple of [`MMA_KEYS`].
 #[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::collapsible_if)]
 pub fn attention_mma<F: Float, N: Size>(
     q: &Array<u32>,
     k: &mut Array<Vector<F, N>>,
@@ -97,6 +103,7 @@ pub fn attention_mma<F: Float, N: Size>(
     part_acc: &mut Array<f32>,
     part_ml: &mut Array<f32>,
     rotation: &Rotation<F>,
+    counters: &Array<Atomic<u32>>,
     head_stride: usize,
     row_stride: usize,
     prefix_len: usize,
@@ -112,6 +119,7 @@ pub fn attention_mma<F: Float, N: Size>(
     #[comptime] mode: u32,
     #[comptime] split_keys: bool,
     #[comptime] project: bool,
+    #[comptime] fold: bool,
 ) {
     let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
     let size!(NA) = def.vector_size(cmma::MatrixIdent::A);
@@ -484,6 +492,27 @@ pub fn attention_mma<F: Float, N: Size>(
             if splits > 1 && t == 0 {
                 part_ml[2 * (split * rows * q_heads + query)] = m[h];
                 part_ml[2 * (split * rows * q_heads + query) + 1] = l[h];
+            }
+        }
+    }
+    // With `fold`, the last of a KV head's splits to finish merges them, a plane per query.
+    if comptime!(fold) {
+        if last_cube(counters, kv_head, splits, true) {
+            let mut j = first + plane;
+            while j < usize::min(queries, first + MMA_PLANE_QUERIES) {
+                let query = (j / group) * q_heads + kv_head * group + j % group;
+                merge_splits::<F>(
+                    part_acc,
+                    part_ml,
+                    out,
+                    query,
+                    rows * q_heads,
+                    splits,
+                    lane,
+                    head_dim,
+                    32usize,
+                );
+                j += MMA_QUERY_PLANES;
             }
         }
     }

@@ -14,6 +14,7 @@ pub mod attention;
 pub mod attention_mma;
 pub mod cache;
 pub mod delta;
+pub mod fence;
 pub mod gdn;
 pub mod linear;
 pub mod norm;
@@ -54,9 +55,8 @@ pub type Wgpu = CubeBackend<cubecl::wgpu::WgpuRuntime, f32, i32, u32>;
 const GEMV_PLANES: usize = 4;
 /// Planes per attention cube (each takes one query of the cube at a time).
 const ATTENTION_PLANES: u32 = 8;
-/// The most planes per cube of the split-combining attention kernel: one per split, then each
-/// takes every `COMBINE_PLANES`-th split.
-const COMBINE_PLANES: u32 = 8;
+/// Planes per cube of the split-combining attention kernel (a query each).
+const COMBINE_PLANES: u32 = 4;
 /// The largest `k` the top-K kernel is tested for (DDTree budgets stay below it).
 const TOP_K_MAX: usize = 256;
 /// Units per cube of the norms (one cube per row: a 4096-wide row is one 16-byte vector each, so
@@ -89,6 +89,58 @@ static ROTATE_IN_ATTENTION: AtomicBool = AtomicBool::new(true);
 /// compare the two in one run.
 pub fn set_rotate_in_attention(enabled: bool) {
     ROTATE_IN_ATTENTION.store(enabled, Ordering::Relaxed);
+}
+
+/// Whether an AR step's attention merges its key splits in the cube that finishes each KV head
+/// last ([`attention_mma::attention_mma()`]'s `fold`) instead of a launch of its own.
+static FOLD_COMBINE: AtomicBool = AtomicBool::new(true);
+
+/// Turns the split merge of an AR step's attention inside the attention launch on (the default,
+/// on CUDA) or off ([`attention::attention_combine()`], as for more rows), for the whole
+/// process: benchmarks and the self-test compare the two in one run.
+pub fn set_fold_combine(enabled: bool) {
+    FOLD_COMBINE.store(enabled, Ordering::Relaxed);
+}
+
+/// Counters per host thread and device for [`fence::last_cube()`]: the kernels leave them at zero.
+const FOLD_COUNTERS: usize = 64;
+
+thread_local! {
+    /// This thread's zeroed counters, one buffer per device (as `CubeTensor<R>`). cubecl runs a
+    /// host thread's launches on a stream of its own, in order, so one buffer serves them all.
+    static COUNTERS: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The calling thread's [`FOLD_COUNTERS`] zeroed counters on `like`'s device.
+fn fold_counters<R: CubeRuntime>(like: &CubeTensor<R>) -> CubeTensor<R> {
+    COUNTERS.with_borrow_mut(|all| {
+        let mine = all
+            .iter()
+            .filter_map(|c| c.downcast_ref::<CubeTensor<R>>())
+            .find(|c| c.device == like.device);
+        if let Some(counters) = mine {
+            return counters.clone();
+        }
+        let zeros = [0u32; FOLD_COUNTERS];
+        let handle = like
+            .client
+            .create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(&zeros));
+        let counters = CubeTensor::new_contiguous(
+            like.client.clone(),
+            like.device.clone(),
+            Shape::new([FOLD_COUNTERS]),
+            handle,
+            DType::U32,
+        );
+        all.push(Box::new(counters.clone()));
+        counters
+    })
+}
+
+/// Whether kernels on `client` may fence across cubes ([`fence::device_fence()`]: CUDA only).
+fn fences<R: CubeRuntime>(client: &ComputeClient<R>) -> bool {
+    R::name(client) == "cuda"
 }
 
 impl<R, F, I, BT> KernelOps for CubeBackend<R, F, I, BT>
@@ -1237,6 +1289,14 @@ fn attention_launch<R: CubeRuntime, F: FloatElement>(
     let part_acc = contiguous::<R, f32, _>(k, [partials, head_dim]);
     let part_ml = contiguous::<R, f32, _>(k, [partials, 2]);
     let cubes = CubeCount::Static(kv_heads as u32, splits as u32, row_blocks as u32);
+    // An AR step's splits merged by the cube that finishes each KV head last (CUDA only: it
+    // fences), a counter per KV head.
+    let fold = mma
+        && split_keys
+        && splits > 1
+        && blocks <= FOLD_COUNTERS
+        && FOLD_COMBINE.load(Ordering::Relaxed)
+        && fences(&client);
     // The tensor-core kernels take the same arguments but for `q` (32-bit words for `mma.sync`
     // fragments), their planes per cube and `attention_mma`'s own.
     macro_rules! launch_tensor_core_attention {
@@ -1275,7 +1335,8 @@ fn attention_launch<R: CubeRuntime, F: FloatElement>(
     // queries, keys and values, the norms `[head_dim]`, cos/sin `[half]`), k/v `[kv_heads,
     // capacity, head_dim]`, q/out dense, k/v with a dense last dimension and strides that are
     // multiples of the vector width; the block rows lie in the cache; the partial buffers hold
-    // `splits · rows · q_heads` entries when there is more than one split.
+    // `splits · rows · q_heads` entries when there is more than one split; the fold's counters
+    // are zero between launches (the last cube of each KV head resets its own).
     unsafe {
         if mma {
             // Without projection the kernel never reads the rotation: `q` stands in.
@@ -1316,8 +1377,8 @@ fn attention_launch<R: CubeRuntime, F: FloatElement>(
                 attention_mma::attention_mma,
                 words(q),
                 attention_mma::MMA_QUERY_PLANES,
-                [rotation],
-                [split_keys, project]
+                [rotation, array(&fold_counters(k))],
+                [split_keys, project, fold]
             );
         } else if tiles {
             launch_tensor_core_attention!(
@@ -1358,13 +1419,11 @@ fn attention_launch<R: CubeRuntime, F: FloatElement>(
                 mode,
             );
         }
-        if splits > 1 {
-            // A plane per split up to `COMBINE_PLANES`, then several splits per plane.
-            let planes = splits.min(COMBINE_PLANES as usize);
+        if splits > 1 && !fold {
             attention::attention_combine::launch_unchecked::<F, R>(
                 &client,
-                CubeCount::Static(queries_n as u32, 1, 1),
-                CubeDim::new_2d(plane as u32, planes as u32),
+                CubeCount::Static(queries_n.div_ceil(COMBINE_PLANES as usize) as u32, 1, 1),
+                CubeDim::new_2d(plane as u32, COMBINE_PLANES),
                 array(&part_acc),
                 array(&part_ml),
                 array(&out),
@@ -1372,8 +1431,6 @@ fn attention_launch<R: CubeRuntime, F: FloatElement>(
                 splits,
                 head_dim,
                 plane,
-                planes,
-                splits.div_ceil(planes),
             );
         }
     }

@@ -344,6 +344,24 @@ fn tree_words(rows: usize, seed: u64) -> (Vec<u64>, usize) {
     (words, words_per_row)
 }
 
+/// The reference attention on the CPU of `[q, k, v]` laid out as `[rows, q_heads, head_dim]` and
+/// `[kv_heads, capacity, head_dim]`.
+fn reference_attention(
+    [q, k, v]: [&[f32]; 3],
+    [rows, q_heads, kv_heads, head_dim, capacity]: [usize; 5],
+    ctx: &ddtree_kernels::AttentionContext<'_>,
+    scale: f64,
+) -> Vec<f32> {
+    let cpu = Default::default();
+    host_f32(Cpu::cached_attention(
+        tensor(q, [rows, q_heads, head_dim], &cpu),
+        tensor(k, [kv_heads, capacity, head_dim], &cpu),
+        tensor(v, [kv_heads, capacity, head_dim], &cpu),
+        ctx,
+        scale,
+    ))
+}
+
 /// Cached attention for every visibility, a sliding window, grouped-query heads, head sizes that
 /// do not fill a plane evenly, and prefixes long enough to split the keys across cubes.
 #[test]
@@ -379,14 +397,7 @@ fn cached_attention_matches_reference() {
         let k = values(22, kv_heads * capacity * head_dim, 1.0);
         let v = values(23, kv_heads * capacity * head_dim, 1.0);
         let scale = 1.0 / (head_dim as f64).sqrt();
-        let cpu = Default::default();
-        let want = host_f32(Cpu::cached_attention(
-            tensor(&q, [rows, q_heads, head_dim], &cpu),
-            tensor(&k, [kv_heads, capacity, head_dim], &cpu),
-            tensor(&v, [kv_heads, capacity, head_dim], &cpu),
-            &ctx,
-            scale,
-        ));
+        let want = reference_attention([&q, &k, &v], [rows, q_heads, kv_heads, head_dim, capacity], &ctx, scale);
         let got = host_f32(Gpu::cached_attention(
             tensor(&q, [rows, q_heads, head_dim], &device),
             tensor(&k, [kv_heads, capacity, head_dim], &device),
@@ -399,6 +410,43 @@ fn cached_attention_matches_reference() {
             "rows={rows} prefix={prefix} heads={q_heads}/{kv_heads}x{head_dim} {visibility:?} window={window:?}"
         );
         assert!(err < TOL, "{NAME} attention {case}: error {err}");
+    }
+}
+
+/// Keys cut into more splits than the merge loads at once (`attention::MERGE_AHEAD`), so that
+/// later groups of splits raise the running maximum and rescale the earlier ones.
+#[test]
+fn attention_merges_many_splits() {
+    use ddtree_kernels::{AttentionContext, Visibility};
+    let device = gpu();
+    for (rows, prefix, splits) in [(1, 700, 30), (3, 500, 13), (20, 900, 25)] {
+        let (q_heads, kv_heads, head_dim) = (8, 2, 32);
+        let capacity = prefix + rows;
+        let ctx = AttentionContext {
+            prefix_len: prefix,
+            visibility: Visibility::Causal,
+            window: None,
+        };
+        // Keys whose scale grows along the cache: the splits' maxima rise from group to group.
+        let q = values(31, rows * q_heads * head_dim, 1.0);
+        let k: Vec<f32> = values(32, kv_heads * capacity * head_dim, 1.0)
+            .iter()
+            .enumerate()
+            .map(|(i, x)| x * (1.0 + 3.0 * ((i / head_dim) % capacity) as f32 / capacity as f32))
+            .collect();
+        let v = values(33, kv_heads * capacity * head_dim, 1.0);
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        let want = reference_attention([&q, &k, &v], [rows, q_heads, kv_heads, head_dim, capacity], &ctx, scale);
+        let got = host_f32(ddtree_kernels::cube::cached_attention_with(
+            tensor::<Gpu, 3>(&q, [rows, q_heads, head_dim], &device),
+            tensor(&k, [kv_heads, capacity, head_dim], &device),
+            tensor(&v, [kv_heads, capacity, head_dim], &device),
+            &ctx,
+            scale,
+            Some(splits),
+        ));
+        let err = max_rel_err(&got, &want);
+        assert!(err < TOL, "{NAME} attention {rows} rows after {prefix} in {splits} splits: error {err}");
     }
 }
 
