@@ -21,10 +21,10 @@ pub fn device_fence() {
 }
 
 /// Whether this cube is the last of the `cubes` that count on `counter[slot]` to arrive, for
-/// every unit of the cube. With `fence`, every store the cubes made before arriving is visible to the
-/// last cube after it returns (a fence before the count, one after). The last cube resets the
-/// counter to zero for the next launch. Call it at the same point in every unit (it synchronises
-/// the cube); `counter[slot]` must be zero when the launch starts.
+/// every unit of the cube. With `fence`, every store the cubes made before arriving is visible
+/// to the last cube after it returns (a fence before the count, one after). The last cube resets
+/// the counter to zero for the next launch. Call it at the same point in every unit (it
+/// synchronises the cube); `counter[slot]` must be zero when the launch starts.
 #[cube]
 #[allow(clippy::collapsible_if)] // a comptime test beside a run-time one: cubecl expands `&&` eagerly
 pub fn last_cube(counter: &Array<Atomic<u32>>, slot: usize, cubes: usize, #[comptime] fence: bool) -> bool {

@@ -102,41 +102,9 @@ pub fn set_fold_combine(enabled: bool) {
     FOLD_COMBINE.store(enabled, Ordering::Relaxed);
 }
 
-/// Counters per host thread and device for [`fence::last_cube()`]: the kernels leave them at zero.
+/// Counter slots for [`fence::last_cube()`]: a buffer of zeros kept by [`upload::upload_words`]
+/// (per runtime, device and thread, whose launches run in order), which the kernels leave at zero.
 const FOLD_COUNTERS: usize = 64;
-
-thread_local! {
-    /// This thread's zeroed counters, one buffer per device (as `CubeTensor<R>`). cubecl runs a
-    /// host thread's launches on a stream of its own, in order, so one buffer serves them all.
-    static COUNTERS: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// The calling thread's [`FOLD_COUNTERS`] zeroed counters on `like`'s device.
-fn fold_counters<R: CubeRuntime>(like: &CubeTensor<R>) -> CubeTensor<R> {
-    COUNTERS.with_borrow_mut(|all| {
-        let mine = all
-            .iter()
-            .filter_map(|c| c.downcast_ref::<CubeTensor<R>>())
-            .find(|c| c.device == like.device);
-        if let Some(counters) = mine {
-            return counters.clone();
-        }
-        let zeros = [0u32; FOLD_COUNTERS];
-        let handle = like
-            .client
-            .create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(&zeros));
-        let counters = CubeTensor::new_contiguous(
-            like.client.clone(),
-            like.device.clone(),
-            Shape::new([FOLD_COUNTERS]),
-            handle,
-            DType::U32,
-        );
-        all.push(Box::new(counters.clone()));
-        counters
-    })
-}
 
 /// Whether kernels on `client` may fence across cubes ([`fence::device_fence()`]: CUDA only).
 fn fences<R: CubeRuntime>(client: &ComputeClient<R>) -> bool {
@@ -1377,7 +1345,10 @@ fn attention_launch<R: CubeRuntime, F: FloatElement>(
                 attention_mma::attention_mma,
                 words(q),
                 attention_mma::MMA_QUERY_PLANES,
-                [rotation, array(&fold_counters(k))],
+                [
+                    rotation,
+                    upload::upload_words(&client, &k.device, &[0; FOLD_COUNTERS])
+                ],
                 [split_keys, project, fold]
             );
         } else if tiles {

@@ -4,8 +4,9 @@
 //! every layer of a forward, and a commit's walk the same for every layer it replays: uploading
 //! them per layer cost a 64-layer hybrid about 200 uploads per step, each a host round through
 //! the runtime like a launch. Each distinct array is uploaded once and its buffer handed to the
-//! layers after; kernels only read these buffers. The newest [`KEPT`] arrays are kept, keyed by
-//! runtime, device and thread (burn gives each thread its own stream).
+//! layers after; kernels only read these buffers, or leave them as they found them (the counters
+//! of [`super::fence::last_cube()`], zero between launches). The newest [`KEPT`] arrays are kept,
+//! keyed by runtime, device and thread (burn gives each thread its own stream, in order).
 
 use std::any::TypeId;
 use std::cell::Cell;
