@@ -28,6 +28,10 @@ pub struct Args {
     /// Skip the bandwidth measurements.
     #[arg(long)]
     no_bandwidth: bool,
+    /// The tensor-core linears on warpgroup MMAs where the device has them (sm_90; `false`: warp
+    /// MMAs only), on CUDA.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    warpgroup_mma: bool,
     /// Also time the tensor-core linear at the launch shapes around the one it picks (feature
     /// tiles, chunk length, stages, k-slices) on the `--layers` weight shapes (CUDA), each
     /// checked against burn's matmul: at the given row counts (`--sweep-tiles 65`), or at 16,
@@ -86,7 +90,7 @@ enum Group {
 fn tensor_core_checks(args: &Args, checks: &mut Checks) -> Result<(), Error> {
     #[cfg(feature = "cuda")]
     if args.device == Device::Cuda {
-        tensor_cores::check(checks, !args.no_bandwidth)?;
+        tensor_cores::check(checks, !args.no_bandwidth, args.warpgroup_mma)?;
         let layers = match &args.layers {
             Some(layers) => layers.clone(),
             None => tensor_cores::LAYER_SHAPES
@@ -222,6 +226,8 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
     if args.device == Device::Cpu {
         eprintln!("note: on the CPU both sides run the reference; this checks the harness only");
     }
+    #[cfg(feature = "cuda")]
+    ddtree_kernels::cube::set_warpgroup_mma(args.warpgroup_mma);
     if args.device == Device::Wgpu {
         // Its matrices pass a software device's buffer limits; the kernels' wgpu tests are
         // `cargo test -p ddtree-kernels --features wgpu`.
@@ -1172,8 +1178,8 @@ mod tensor_cores {
     use super::*;
     use ddtree_kernels::cube::linear::MmaShape;
     use ddtree_kernels::cube::{
-        Cuda, cached_attention_with, gate_up_mma_shape, gate_up_silu_tiled_with, linear_tiled,
-        linear_tiled_with, mma_shape, multiprocessors_of,
+        Cuda, cached_attention_with, gate_up_mma_shape, gate_up_silu_tiled_with, gate_up_silu_wgmma,
+        linear_tiled, linear_tiled_with, linear_wgmma, mma_shape, multiprocessors_of,
     };
 
     /// The product, or a 1×1 zero tensor when the kernel declines the shape (so the comparison,
@@ -1186,7 +1192,26 @@ mod tensor_cores {
         move |x, w| linear_tiled_with(x, w, shape).unwrap_or_else(|(x, _)| Tensor::zeros([1, 1], &x.device()))
     }
 
-    pub fn check(checks: &mut Checks, measure: bool) -> Result<(), Error> {
+    /// Whether a fused SwiGLU product equals the activation of the unfused one's halves bit for
+    /// bit (either missing fails).
+    fn swiglu_exact(
+        fused: Option<Tensor<Cuda, 2>>,
+        both: Option<Tensor<Cuda, 2>>,
+        rows: usize,
+        inter: usize,
+    ) -> bool {
+        match (fused, both) {
+            (Some(fused), Some(both)) => {
+                let gate = both.clone().slice([0..rows, 0..inter]);
+                let up = both.slice([0..rows, inter..2 * inter]);
+                host_f32(fused) == host_f32(<Cuda as KernelOps>::silu_mul(gate, up))
+            }
+            _ => false,
+        }
+    }
+
+    /// The tensor-core checks; with `warpgroup_mma`, also the warpgroup-MMA linear's (sm_90).
+    pub fn check(checks: &mut Checks, measure: bool, warpgroup_mma: bool) -> Result<(), Error> {
         let device = Default::default();
         for shape in [
             (9, 64, 96),
@@ -1243,14 +1268,7 @@ mod tensor_cores {
             };
             let fused = gate_up_silu_tiled_with(x.clone(), w.clone(), shape).ok();
             let both = linear_tiled_with(x, w, shape).ok();
-            let exact = match (fused, both) {
-                (Some(fused), Some(both)) => {
-                    let gate = both.clone().slice([0..rows, 0..inter]);
-                    let up = both.slice([0..rows, inter..2 * inter]);
-                    host_f32(fused) == host_f32(<Cuda as KernelOps>::silu_mul(gate, up))
-                }
-                _ => false,
-            };
+            let exact = swiglu_exact(fused, both, rows, inter);
             checks.failures += usize::from(!exact);
             println!(
                 "{}",
@@ -1259,8 +1277,46 @@ mod tensor_cores {
                         "exact": exact, "ok": exact })
             );
         }
+        if warpgroup_mma {
+            // Rows padded to 16–256 for the MMA (9 rows are 16, 200 are 200, 256 the most), one
+            // to eight k-slices (the 4096 × 4096 weight takes four, the 128 × 64 one two).
+            for shape in [
+                (9, 64, 128),
+                (16, 4096, 6144),
+                (17, 4096, 512),
+                (65, 4096, 4096),
+                (65, 12288, 4096),
+                (129, 4096, 12288),
+                (200, 512, 640),
+                (256, 128, 64),
+            ] {
+                checks.linear::<Cuda>(&device, "linear_wgmma", shape, |x, w| {
+                    linear_wgmma(x, w).unwrap_or_else(|(x, _)| Tensor::zeros([1, 1], &x.device()))
+                });
+            }
+            // Its SwiGLU epilogue bit for bit against the unfused product's halves: one k-slice
+            // (16 and 65 rows), eight (33 rows of a 1024 × 4096 weight).
+            for (rows, k, inter) in [(16, 4096, 12288), (65, 4096, 12288), (33, 4096, 512)] {
+                let x = Tensor::<Cuda, 2>::random([rows, k], Distribution::Normal(0.0, 1.0), &device);
+                let w = Tensor::<Cuda, 2>::random([2 * inter, k], Distribution::Normal(0.0, 0.05), &device);
+                let fused = gate_up_silu_wgmma(x.clone(), w.clone()).ok();
+                let both = linear_wgmma(x, w).ok();
+                checks.exact(
+                    &format!(
+                        "gate_up_silu_wgmma {rows}x{k} · {}x{k}ᵀ: fused = separate",
+                        2 * inter
+                    ),
+                    swiglu_exact(fused, both, rows, inter),
+                );
+            }
+        }
         if measure {
-            bandwidth::<Cuda>(&device, "linear_tiled", &[16, 65, 129], tiled)?;
+            let name = if warpgroup_mma {
+                "linear_wgmma"
+            } else {
+                "linear_tiled"
+            };
+            bandwidth::<Cuda>(&device, name, &[16, 65, 129], tiled)?;
         }
         Ok(())
     }

@@ -63,6 +63,10 @@ pub struct Args {
     /// own), on CUDA.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     fold_combine: bool,
+    /// The tensor-core linears on warpgroup MMAs where the device has them (sm_90; `false`: warp
+    /// MMAs only), on CUDA.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    warpgroup_mma: bool,
 }
 
 /// Model shapes.
@@ -468,6 +472,7 @@ fn run_with<B: KernelOps, T: StageTarget<B>>(
         ddtree_kernels::cube::set_tensor_cores(args.tensor_cores);
         ddtree_kernels::cube::set_rotate_in_attention(args.rotate_in_attention);
         ddtree_kernels::cube::set_fold_combine(args.fold_combine);
+        ddtree_kernels::cube::set_warpgroup_mma(args.warpgroup_mma);
     }
     println!(
         "{}",
@@ -475,7 +480,8 @@ fn run_with<B: KernelOps, T: StageTarget<B>>(
                 "context": args.context, "reps": args.reps, "warmup": args.warmup,
                 "tensor_cores": args.tensor_cores,
                 "rotate_in_attention": args.rotate_in_attention,
-                "fold_combine": args.fold_combine })
+                "fold_combine": args.fold_combine,
+                "warpgroup_mma": args.warpgroup_mma })
     );
 
     let t = Instant::now();

@@ -487,7 +487,7 @@ pub fn linear_split_sum<F: Float>(
 /// `silu(gate) ⊙ up` from f32 sums, with the arithmetic of the separate launches: both rounded
 /// to `F` first (as the projection stores them), then `g / (1 + e^(0 − g)) · u` in f32.
 #[cube]
-fn silu_times<F: Float>(gate: f32, up: f32) -> F {
+pub(crate) fn silu_times<F: Float>(gate: f32, up: f32) -> F {
     let g = f32::cast_from(F::cast_from(gate));
     let u = f32::cast_from(F::cast_from(up));
     F::cast_from(g / (1.0 + f32::exp(0.0 - g)) * u)

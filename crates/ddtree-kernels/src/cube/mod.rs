@@ -22,6 +22,7 @@ mod reduce;
 pub mod rope;
 pub mod top_k;
 pub mod upload;
+pub mod wgmma;
 
 use burn_cubecl::CubeElement;
 use burn_cubecl::element::{BoolElement, FloatElement, IntElement};
@@ -73,6 +74,16 @@ const MAX_COMPACT_LAYERS: usize = 64;
 
 /// Whether linear layers of more than [`linear::MAX_ROWS`] rows use [`linear_tiled`].
 static TENSOR_CORES: AtomicBool = AtomicBool::new(true);
+
+/// Whether the tensor-core linears run on warpgroup MMAs ([`wgmma::linear_wgmma()`]) where the
+/// device has them (sm_90), instead of [`linear::linear_mma()`].
+static WARPGROUP_MMA: AtomicBool = AtomicBool::new(true);
+
+/// Turns the warpgroup-MMA linear on or off (benchmarks compare the two tensor-core kernels);
+/// on by default.
+pub fn set_warpgroup_mma(enabled: bool) {
+    WARPGROUP_MMA.store(enabled, Ordering::Relaxed);
+}
 
 /// Turns the tensor-core linear for tree-verify and drafter rows on (the default) or off (burn's
 /// matmul instead), for the whole process: benchmarks compare the two in one run.
@@ -145,10 +156,14 @@ where
         if rows <= linear::MAX_ROWS {
             return rows_linear(x, gate_up, true);
         }
-        let shape = TENSOR_CORES
-            .load(Ordering::Relaxed)
-            .then(|| gate_up_mma_shape(&x, &gate_up))
-            .flatten();
+        if !TENSOR_CORES.load(Ordering::Relaxed) {
+            return crate::gate_up_silu_unfused(x, gate_up);
+        }
+        let (x, gate_up) = match gate_up_silu_wgmma(x, gate_up) {
+            Ok(y) => return y,
+            Err(inputs) => inputs,
+        };
+        let shape = gate_up_mma_shape(&x, &gate_up);
         let tiled = match shape {
             Some(shape) => gate_up_silu_tiled_with(x, gate_up, shape),
             None => Err((x, gate_up)),
@@ -1588,10 +1603,186 @@ where
     I: IntElement,
     BT: BoolElement,
 {
+    let (x, weight) = match linear_wgmma(x, weight) {
+        Ok(y) => return Ok(y),
+        Err(inputs) => inputs,
+    };
     match mma_shape(&x, &weight) {
         Some(shape) => linear_tiled_with(x, weight, shape),
         None => Err((x, weight)),
     }
+}
+
+/// `x · weightᵀ` on warpgroup MMAs ([`wgmma::linear_wgmma()`]); `Err` gives the inputs back where
+/// it does not apply (turned off, not sm_90, not 2-byte floats, or a shape it does not take).
+#[allow(clippy::type_complexity)]
+pub fn linear_wgmma<R, F, I, BT>(
+    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    weight: Tensor<CubeBackend<R, F, I, BT>, 2>,
+) -> Result<
+    Tensor<CubeBackend<R, F, I, BT>, 2>,
+    (
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+    ),
+>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    wgmma_with(x, weight, false)
+}
+
+/// `silu(x · gateᵀ) ⊙ (x · upᵀ)` from a fused gate/up weight (its gate rows, then its up rows)
+/// on warpgroup MMAs, as [`linear_wgmma`].
+#[allow(clippy::type_complexity)]
+pub fn gate_up_silu_wgmma<R, F, I, BT>(
+    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    gate_up: Tensor<CubeBackend<R, F, I, BT>, 2>,
+) -> Result<
+    Tensor<CubeBackend<R, F, I, BT>, 2>,
+    (
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+    ),
+>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    wgmma_with(x, gate_up, true)
+}
+
+/// [`launch_wgmma`], its k-slices' partial sums added up (with `swiglu`, into the activation).
+#[allow(clippy::type_complexity)]
+fn wgmma_with<R, F, I, BT>(
+    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    weight: Tensor<CubeBackend<R, F, I, BT>, 2>,
+    swiglu: bool,
+) -> Result<
+    Tensor<CubeBackend<R, F, I, BT>, 2>,
+    (
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+        Tensor<CubeBackend<R, F, I, BT>, 2>,
+    ),
+>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let n_out = weight.dims()[0];
+    let shape = [x.dims()[0], if swiglu { n_out / 2 } else { n_out }];
+    let (x, w) = (cube(x), cube(weight));
+    match launch_wgmma::<R, F>(&x, &w, swiglu) {
+        Some(Product::Rows(y)) => Ok(float(y)),
+        Some(Product::Partials(partial, splits)) => {
+            Ok(float(sum_partials::<R, F>(&partial, splits, shape, swiglu)))
+        }
+        None => Err((float(x), float(w))),
+    }
+}
+
+/// Launches [`wgmma::linear_wgmma()`] (with `swiglu`, on a fused gate/up weight), or `None` where
+/// it does not apply: turned off, not CUDA on sm_90 (TMA without sm_100's
+/// additions), not 2-byte floats, rows or weight not 16-byte aligned, or a shape
+/// [`wgmma::WgmmaShape::choose`] does not take.
+fn launch_wgmma<R: CubeRuntime, F: FloatElement>(
+    x: &CubeTensor<R>,
+    w: &CubeTensor<R>,
+    swiglu: bool,
+) -> Option<Product<R>> {
+    use cubecl::ir::features::Tma;
+    let ([rows, k], [n_out, k_w]) = (dims2(x), dims2(w));
+    let client = x.client.clone();
+    let tma = &client.properties().features.tma;
+    let hopper = R::name(&client) == "cuda" && tma.contains(Tma::Base) && !tma.contains(Tma::Im2colWide);
+    let kind = F::dtype();
+    // `cube` made both contiguous; the tensor maps need 16-byte aligned starts.
+    let aligned = |t: &CubeTensor<R>| t.handle.offset_start.unwrap_or(0).is_multiple_of(16);
+    let shape = wgmma::WgmmaShape::choose(rows, n_out, k, multiprocessors(&client));
+    let usable = WARPGROUP_MMA.load(Ordering::Relaxed)
+        && TENSOR_CORES.load(Ordering::Relaxed)
+        && hopper
+        && matches!(kind, DType::BF16 | DType::F16)
+        && k == k_w
+        && aligned(x)
+        && aligned(w)
+        && (!swiglu || (n_out / 2).is_multiple_of(32));
+    let shape = match shape {
+        Some(shape)
+            if usable && shape.shared_bytes() <= client.properties().hardware.max_shared_memory_size =>
+        {
+            shape
+        }
+        _ => return None,
+    };
+    let splits = shape.k_splits;
+    // Only one of y and partial is written; the other is a one-element placeholder.
+    let y_cols = if swiglu { n_out / 2 } else { n_out };
+    let y = contiguous::<R, F, _>(x, if splits > 1 { [1, 1] } else { [rows, y_cols] });
+    let partial = contiguous::<R, f32, _>(x, [if splits > 1 { splits * rows * n_out } else { 1 }]);
+    let w_box = if swiglu { 32 } else { wgmma::CUBE_ROWS };
+    let maps = wgmma::TileMapsLaunch::new(tile_map(w, n_out, k, w_box), tile_map(x, rows, k, shape.tokens));
+    let cubes = CubeCount::Static((n_out / wgmma::CUBE_ROWS) as u32, splits as u32, 1);
+    // SAFETY: the maps describe x's `rows` and W's `n_out` dense rows of k (checked above), y
+    // holds `rows · y_cols` values with one split and partial `splits · rows · n_out` with
+    // several; `choose` checked that the chunks tile k and the cubes n_out.
+    unsafe {
+        wgmma::linear_wgmma::launch_unchecked::<F, R>(
+            &client,
+            cubes,
+            CubeDim::new_1d(128),
+            maps,
+            array(&y),
+            array(&partial),
+            rows,
+            n_out,
+            k,
+            shape.tokens,
+            splits,
+            swiglu,
+            kind == DType::BF16,
+        );
+    }
+    Some(if splits > 1 {
+        Product::Partials(partial, splits)
+    } else {
+        Product::Rows(y)
+    })
+}
+
+/// A dense `[rows, k]` tensor of 2-byte values as a tensor map of `[rows, k / 2]` 32-bit words,
+/// copied in boxes of `box_rows` × 32 words (128 bytes, the 128-byte swizzle's row); rows past
+/// `rows` read as zeros.
+fn tile_map<R: CubeRuntime>(
+    t: &CubeTensor<R>,
+    rows: usize,
+    k: usize,
+    box_rows: usize,
+) -> TensorMapArg<R, Tiled> {
+    // SAFETY: a dense `[rows, k]` tensor of 2-byte values is `[rows, k / 2]` words.
+    let words = unsafe {
+        TensorArg::from_raw_parts(
+            t.handle.clone(),
+            cubecl::zspace::strides![k / 2, 1],
+            cubecl::zspace::shape![rows, k / 2],
+        )
+    };
+    let tile_size = cubecl::zspace::shape![box_rows, 32];
+    TensorMapArg::new(TiledArgs { tile_size }, words, u32::as_type_native_unchecked())
+        .with_swizzle(TensorMapSwizzle::B128)
+}
+
+/// A 2-D tensor's dimensions.
+fn dims2<R: CubeRuntime>(t: &CubeTensor<R>) -> [usize; 2] {
+    let shape = t.meta.shape();
+    [shape[0], shape[1]]
 }
 
 /// The launch shape [`linear_tiled`] picks for `x · weightᵀ` on their device
@@ -1739,6 +1930,11 @@ where
     I: IntElement,
     BT: BoolElement,
 {
+    let (x, weight) = (cube(x), cube(weight));
+    if let Some(product) = launch_wgmma::<R, F>(&x, &weight, false) {
+        return product;
+    }
+    let (x, weight) = (float::<R, F, I, BT, 2>(x), float(weight));
     let tiled = match mma_shape(&x, &weight) {
         Some(shape) => launch_tiled(x, weight, shape, false),
         None => Err((x, weight)),
