@@ -1,15 +1,18 @@
 // Does a linear on warpgroup MMAs (`wgmma`, Hopper's sm_90a) read the weight faster than our
-// `mma.sync` tensor-core linear at tree-verify rows? A standalone measurement, beside cuBLAS on the
-// same shapes, before any of it is wired through cubecl (whose IR has no `wgmma`).
+// `mma.sync` tensor-core linear at tree-verify rows? A standalone measurement beside cuBLAS on the
+// same shapes; `crates/ddtree-kernels/src/cube/wgmma.rs` is the kernel it led to.
 //
 // y[rows, n_out] = x[rows, k] · W[n_out, k]ᵀ, bf16 in and out, f32 accumulation. A cube is `G`
 // warpgroups of 128 threads, each owning 64 output features; the rows (padded to `NT`, a multiple
-// of 8) are the MMA's N. The cube walks its k-slice in chunks of 64: every thread issues
-// `cp.async` copies of the chunk's W and x into one of `ST` shared-memory stages, laid out as
-// the MMA's 8 × 16-byte core matrices with no swizzle (a copy's shared offset is its index × 16),
-// and each warpgroup runs four m64nNk16 MMAs per chunk from shared-memory descriptors. With
-// `S` > 1 k-slices, each slice writes f32 partial sums (our linears' k-slices are summed by the
-// launch that reads them), so their sum is not timed here.
+// of 8) are the MMA's N. The cube walks its k-slice in chunks of 64 through `ST` shared-memory
+// stages, and each warpgroup runs four m64nNk16 MMAs per chunk from shared-memory descriptors.
+// Two ways to fill a stage:
+// - `linear_wgmma`: every thread issues 16-byte `cp.async` copies, laid out as the MMA's
+//   8 × 16-byte core matrices with no swizzle (a copy's shared offset is its index × 16);
+// - `linear_wgmma_tma`: one thread issues a TMA box copy of W's rows and one of x's (rows past the
+//   last zero-filled), 128-byte swizzled, and an mbarrier counts their bytes.
+// With `S` > 1 k-slices, each slice writes f32 partial sums (our linears' k-slices are summed by
+// the launch that reads them), so their sum is not timed here.
 //
 // Build and run on the GPU machine:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o /tmp/wgmma_linear \

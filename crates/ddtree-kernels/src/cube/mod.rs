@@ -1759,7 +1759,9 @@ fn launch_wgmma<R: CubeRuntime, F: FloatElement>(
 
 /// A dense `[rows, k]` tensor of 2-byte values as a tensor map of `[rows, k / 2]` 32-bit words,
 /// copied in boxes of `box_rows` × 32 words (128 bytes, the 128-byte swizzle's row); rows past
-/// `rows` read as zeros.
+/// `rows` read as zeros. Each copy's lines are promoted to 256 bytes in the L2, so a row's next
+/// chunk is already there when its copy comes (cubecl's default promotes none: the prototype,
+/// `tools/wgmma_linear.cu`, promotes 256).
 fn tile_map<R: CubeRuntime>(
     t: &CubeTensor<R>,
     rows: usize,
@@ -1777,6 +1779,7 @@ fn tile_map<R: CubeRuntime>(
     let tile_size = cubecl::zspace::shape![box_rows, 32];
     TensorMapArg::new(TiledArgs { tile_size }, words, u32::as_type_native_unchecked())
         .with_swizzle(TensorMapSwizzle::B128)
+        .with_prefetch(TensorMapPrefetch::B256)
 }
 
 /// A 2-D tensor's dimensions.
