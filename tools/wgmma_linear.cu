@@ -148,6 +148,26 @@ template <> struct Wgmma<136> {
 };
 
 
+// A warpgroup's accumulators (W row `f` of the lane and `f + 8`, x rows by the MMA's fragment
+// layout) to `y` as bf16, or to the k-slice's f32 partial sums.
+template <int NT>
+__device__ __forceinline__ void store(const float *d, bf16 *y, float *part, int rows, int n_out,
+                                      int slice, int f, int lane) {
+#pragma unroll
+  for (int c = 0; c < NT / 8; c++) {
+#pragma unroll
+    for (int h = 0; h < 4; h++) {
+      const int n = c * 8 + (lane % 4) * 2 + (h & 1), ff = f + (h >> 1) * 8;
+      if (n < rows) {
+        if (part)
+          part[((size_t)slice * rows + n) * n_out + ff] = d[c * 4 + h];
+        else
+          y[(size_t)n * n_out + ff] = __float2bfloat16(d[c * 4 + h]);
+      }
+    }
+  }
+}
+
 template <int NT, int G, int ST>
 __global__ void __launch_bounds__(128 * G)
     linear_wgmma(const bf16 *__restrict__ x, const bf16 *__restrict__ w, bf16 *y, float *part,
@@ -205,20 +225,7 @@ __global__ void __launch_bounds__(128 * G)
     pin<NT / 2>(d);
   }
 
-  const int f = feat0 + wg * 64 + warp * 16 + lane / 4;
-#pragma unroll
-  for (int c = 0; c < NT / 8; c++) {
-#pragma unroll
-    for (int h = 0; h < 4; h++) {
-      const int n = c * 8 + (lane % 4) * 2 + (h & 1), ff = f + (h >> 1) * 8;
-      if (n < rows) {
-        if (part)
-          part[((size_t)slice * rows + n) * n_out + ff] = d[c * 4 + h];
-        else
-          y[(size_t)n * n_out + ff] = __float2bfloat16(d[c * 4 + h]);
-      }
-    }
-  }
+  store<NT>(d, y, part, rows, n_out, slice, feat0 + wg * 64 + warp * 16 + lane / 4, lane);
 }
 
 // The same product with each stage's W and x boxes copied by TMA (one thread issues both, an
@@ -271,20 +278,7 @@ __global__ void __launch_bounds__(128 * G)
     if (tid == 0 && i + ST < chunks) issue(i + ST, stage);
   }
 
-  const int f = feat0 + wg * 64 + warp * 16 + lane / 4;
-#pragma unroll
-  for (int c = 0; c < NT / 8; c++) {
-#pragma unroll
-    for (int h = 0; h < 4; h++) {
-      const int n = c * 8 + (lane % 4) * 2 + (h & 1), ff = f + (h >> 1) * 8;
-      if (n < rows) {
-        if (part)
-          part[((size_t)slice * rows + n) * n_out + ff] = d[c * 4 + h];
-        else
-          y[(size_t)n * n_out + ff] = __float2bfloat16(d[c * 4 + h]);
-      }
-    }
-  }
+  store<NT>(d, y, part, rows, n_out, slice, feat0 + wg * 64 + warp * 16 + lane / 4, lane);
 }
 
 __global__ void fill(bf16 *p, size_t n, uint32_t seed) {

@@ -1178,8 +1178,8 @@ mod tensor_cores {
     use super::*;
     use ddtree_kernels::cube::linear::MmaShape;
     use ddtree_kernels::cube::{
-        Cuda, cached_attention_with, gate_up_mma_shape, gate_up_silu_tiled_with, gate_up_silu_wgmma,
-        linear_tiled, linear_tiled_with, linear_wgmma, mma_shape, multiprocessors_of,
+        Cuda, cached_attention_with, gate_up_mma_shape, gate_up_silu_tiled_with, linear_tiled,
+        linear_tiled_with, linear_wgmma, mma_shape, multiprocessors_of,
     };
 
     /// The product, or a 1×1 zero tensor when the kernel declines the shape (so the comparison,
@@ -1291,7 +1291,7 @@ mod tensor_cores {
                 (256, 128, 64),
             ] {
                 checks.linear::<Cuda>(&device, "linear_wgmma", shape, |x, w| {
-                    linear_wgmma(x, w).unwrap_or_else(|(x, _)| Tensor::zeros([1, 1], &x.device()))
+                    linear_wgmma(x, w, false).unwrap_or_else(|(x, _)| Tensor::zeros([1, 1], &x.device()))
                 });
             }
             // Its SwiGLU epilogue bit for bit against the unfused product's halves: one k-slice
@@ -1299,11 +1299,11 @@ mod tensor_cores {
             for (rows, k, inter) in [(16, 4096, 12288), (65, 4096, 12288), (33, 4096, 512)] {
                 let x = Tensor::<Cuda, 2>::random([rows, k], Distribution::Normal(0.0, 1.0), &device);
                 let w = Tensor::<Cuda, 2>::random([2 * inter, k], Distribution::Normal(0.0, 0.05), &device);
-                let fused = gate_up_silu_wgmma(x.clone(), w.clone()).ok();
-                let both = linear_wgmma(x, w).ok();
+                let fused = linear_wgmma(x.clone(), w.clone(), true).ok();
+                let both = linear_wgmma(x, w, false).ok();
                 checks.exact(
                     &format!(
-                        "gate_up_silu_wgmma {rows}x{k} · {}x{k}ᵀ: fused = separate",
+                        "linear_wgmma SwiGLU {rows}x{k} · {}x{k}ᵀ: fused = separate",
                         2 * inter
                     ),
                     swiglu_exact(fused, both, rows, inter),

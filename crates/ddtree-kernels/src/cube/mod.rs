@@ -159,7 +159,7 @@ where
         if !TENSOR_CORES.load(Ordering::Relaxed) {
             return crate::gate_up_silu_unfused(x, gate_up);
         }
-        let (x, gate_up) = match gate_up_silu_wgmma(x, gate_up) {
+        let (x, gate_up) = match linear_wgmma(x, gate_up, true) {
             Ok(y) => return y,
             Err(inputs) => inputs,
         };
@@ -1603,7 +1603,7 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let (x, weight) = match linear_wgmma(x, weight) {
+    let (x, weight) = match linear_wgmma(x, weight, false) {
         Ok(y) => return Ok(y),
         Err(inputs) => inputs,
     };
@@ -1613,53 +1613,12 @@ where
     }
 }
 
-/// `x · weightᵀ` on warpgroup MMAs ([`wgmma::linear_wgmma()`]); `Err` gives the inputs back where
-/// it does not apply (turned off, not sm_90, not 2-byte floats, or a shape it does not take).
+/// `x · weightᵀ` on warpgroup MMAs ([`wgmma::linear_wgmma()`]) — with `swiglu`, `silu(x · gateᵀ)
+/// ⊙ (x · upᵀ)` from a fused gate/up weight (its gate rows, then its up rows) — its k-slices'
+/// partial sums added up. `Err` gives the inputs back where it does not apply (turned off, not
+/// sm_90, not 2-byte floats, or a shape it does not take).
 #[allow(clippy::type_complexity)]
 pub fn linear_wgmma<R, F, I, BT>(
-    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
-    weight: Tensor<CubeBackend<R, F, I, BT>, 2>,
-) -> Result<
-    Tensor<CubeBackend<R, F, I, BT>, 2>,
-    (
-        Tensor<CubeBackend<R, F, I, BT>, 2>,
-        Tensor<CubeBackend<R, F, I, BT>, 2>,
-    ),
->
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
-    wgmma_with(x, weight, false)
-}
-
-/// `silu(x · gateᵀ) ⊙ (x · upᵀ)` from a fused gate/up weight (its gate rows, then its up rows)
-/// on warpgroup MMAs, as [`linear_wgmma`].
-#[allow(clippy::type_complexity)]
-pub fn gate_up_silu_wgmma<R, F, I, BT>(
-    x: Tensor<CubeBackend<R, F, I, BT>, 2>,
-    gate_up: Tensor<CubeBackend<R, F, I, BT>, 2>,
-) -> Result<
-    Tensor<CubeBackend<R, F, I, BT>, 2>,
-    (
-        Tensor<CubeBackend<R, F, I, BT>, 2>,
-        Tensor<CubeBackend<R, F, I, BT>, 2>,
-    ),
->
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
-    wgmma_with(x, gate_up, true)
-}
-
-/// [`launch_wgmma`], its k-slices' partial sums added up (with `swiglu`, into the activation).
-#[allow(clippy::type_complexity)]
-fn wgmma_with<R, F, I, BT>(
     x: Tensor<CubeBackend<R, F, I, BT>, 2>,
     weight: Tensor<CubeBackend<R, F, I, BT>, 2>,
     swiglu: bool,
@@ -1680,10 +1639,7 @@ where
     let shape = [x.dims()[0], if swiglu { n_out / 2 } else { n_out }];
     let (x, w) = (cube(x), cube(weight));
     match launch_wgmma::<R, F>(&x, &w, swiglu) {
-        Some(Product::Rows(y)) => Ok(float(y)),
-        Some(Product::Partials(partial, splits)) => {
-            Ok(float(sum_partials::<R, F>(&partial, splits, shape, swiglu)))
-        }
+        Some(product) => Ok(float(product.into_rows::<F>(shape, swiglu))),
         None => Err((float(x), float(w))),
     }
 }
@@ -1907,10 +1863,9 @@ where
 {
     let n_out = weight.dims()[0];
     let shape_out = [x.dims()[0], if swiglu { n_out / 2 } else { n_out }];
-    Ok(float(match launch_tiled(x, weight, shape, swiglu)? {
-        Product::Rows(y) => y,
-        Product::Partials(partial, splits) => sum_partials::<R, F>(&partial, splits, shape_out, swiglu),
-    }))
+    Ok(float(
+        launch_tiled(x, weight, shape, swiglu)?.into_rows::<F>(shape_out, swiglu),
+    ))
 }
 
 /// What a linear launch leaves for the next launch: its dense `F` rows, or the f32 partial sums
@@ -1919,6 +1874,17 @@ where
 enum Product<R: CubeRuntime> {
     Rows(CubeTensor<R>),
     Partials(CubeTensor<R>, usize),
+}
+
+impl<R: CubeRuntime> Product<R> {
+    /// The dense `shape` rows: as they are, or the partial sums added up ([`sum_partials`]; with
+    /// `swiglu`, into the activation).
+    fn into_rows<F: FloatElement>(self, shape: [usize; 2], swiglu: bool) -> CubeTensor<R> {
+        match self {
+            Product::Rows(y) => y,
+            Product::Partials(partial, splits) => sum_partials::<R, F>(&partial, splits, shape, swiglu),
+        }
+    }
 }
 
 /// `x · weightᵀ` on tensor cores for a fused consumer: the dense rows, or a k-sliced launch's
