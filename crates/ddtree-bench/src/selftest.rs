@@ -1279,7 +1279,8 @@ mod tensor_cores {
         }
         if warpgroup_mma {
             // Rows padded to 16–256 for the MMA (9 rows are 16, 200 are 200, 256 the most), one
-            // to eight k-slices (the 4096 × 4096 weight takes four, the 128 × 64 one two).
+            // to eight k-slices (the 4096 × 4096 weight takes four, the 4096 × 12288 one three,
+            // the 64 × 128 one two, the 640 × 512 one eight).
             for shape in [
                 (9, 64, 128),
                 (16, 4096, 6144),
