@@ -1654,7 +1654,7 @@ fn launch_wgmma<R: CubeRuntime, F: FloatElement>(
     swiglu: bool,
 ) -> Option<Product<R>> {
     use cubecl::ir::features::Tma;
-    let ([rows, k], [n_out, k_w]) = (dims2(x), dims2(w));
+    let ([rows, k], [n_out, k_w]) = (x.meta.shape().dims::<2>(), w.meta.shape().dims::<2>());
     let client = x.client.clone();
     let tma = &client.properties().features.tma;
     let hopper = R::name(&client) == "cuda" && tma.contains(Tma::Base) && !tma.contains(Tma::Im2colWide);
@@ -1679,10 +1679,7 @@ fn launch_wgmma<R: CubeRuntime, F: FloatElement>(
         _ => return None,
     };
     let splits = shape.k_splits;
-    // Only one of y and partial is written; the other is a one-element placeholder.
-    let y_cols = if swiglu { n_out / 2 } else { n_out };
-    let y = contiguous::<R, F, _>(x, if splits > 1 { [1, 1] } else { [rows, y_cols] });
-    let partial = contiguous::<R, f32, _>(x, [if splits > 1 { splits * rows * n_out } else { 1 }]);
+    let (y, partial) = Product::buffers::<F>(x, rows, n_out, splits, swiglu);
     let w_box = if swiglu { 32 } else { wgmma::CUBE_ROWS };
     let maps = wgmma::TileMapsLaunch::new(tile_map(w, n_out, k, w_box), tile_map(x, rows, k, shape.tokens));
     let cubes = CubeCount::Static((n_out / wgmma::CUBE_ROWS) as u32, splits as u32, 1);
@@ -1706,11 +1703,7 @@ fn launch_wgmma<R: CubeRuntime, F: FloatElement>(
             kind == DType::BF16,
         );
     }
-    Some(if splits > 1 {
-        Product::Partials(partial, splits)
-    } else {
-        Product::Rows(y)
-    })
+    Some(Product::written(y, partial, splits))
 }
 
 /// A dense `[rows, k]` tensor of 2-byte values as a tensor map of `[rows, k / 2]` 32-bit words,
@@ -1736,12 +1729,6 @@ fn tile_map<R: CubeRuntime>(
     TensorMapArg::new(TiledArgs { tile_size }, words, u32::as_type_native_unchecked())
         .with_swizzle(TensorMapSwizzle::B128)
         .with_prefetch(TensorMapPrefetch::B256)
-}
-
-/// A 2-D tensor's dimensions.
-fn dims2<R: CubeRuntime>(t: &CubeTensor<R>) -> [usize; 2] {
-    let shape = t.meta.shape();
-    [shape[0], shape[1]]
 }
 
 /// The launch shape [`linear_tiled`] picks for `x · weightᵀ` on their device
@@ -1877,6 +1864,31 @@ enum Product<R: CubeRuntime> {
 }
 
 impl<R: CubeRuntime> Product<R> {
+    /// The buffers a linear launch writes, on `like`'s device: with one k-slice `y: [rows, n_out]`
+    /// (with `swiglu`, `n_out / 2` wide), with several the f32 `partial: [splits · rows · n_out]`;
+    /// the other is a one-element placeholder.
+    fn buffers<F: FloatElement>(
+        like: &CubeTensor<R>,
+        rows: usize,
+        n_out: usize,
+        splits: usize,
+        swiglu: bool,
+    ) -> (CubeTensor<R>, CubeTensor<R>) {
+        let y_cols = if swiglu { n_out / 2 } else { n_out };
+        let y = contiguous::<R, F, _>(like, if splits > 1 { [1, 1] } else { [rows, y_cols] });
+        let partial = contiguous::<R, f32, _>(like, [if splits > 1 { splits * rows * n_out } else { 1 }]);
+        (y, partial)
+    }
+
+    /// What a launch into [`Product::buffers`] left: the one of the two it wrote.
+    fn written(y: CubeTensor<R>, partial: CubeTensor<R>, splits: usize) -> Self {
+        if splits > 1 {
+            Product::Partials(partial, splits)
+        } else {
+            Product::Rows(y)
+        }
+    }
+
     /// The dense `shape` rows: as they are, or the partial sums added up ([`sum_partials`]; with
     /// `swiglu`, into the activation).
     fn into_rows<F: FloatElement>(self, shape: [usize; 2], swiglu: bool) -> CubeTensor<R> {
@@ -1954,10 +1966,7 @@ where
         return Err((float(x), float(w)));
     }
     let splits = shape.k_splits;
-    // Only one of y and partial is written; the other is a one-element placeholder.
-    let y_cols = if swiglu { n_out / 2 } else { n_out };
-    let y = contiguous::<R, F, _>(&x, if splits > 1 { [1, 1] } else { [rows, y_cols] });
-    let partial = contiguous::<R, f32, _>(&x, [if splits > 1 { splits * rows * n_out } else { 1 }]);
+    let (y, partial) = Product::buffers::<F>(&x, rows, n_out, splits, swiglu);
     let cubes = CubeCount::Static(shape.columns(n_out) as u32, splits as u32, 1);
     // SAFETY: x holds `rows` dense rows of k, W `n_out` dense rows of k, y `rows · n_out` with one
     // split, partial `splits · rows · n_out` with several; `fits` checked that the tiling divides
@@ -1983,11 +1992,7 @@ where
             swiglu,
         );
     }
-    Ok(if splits > 1 {
-        Product::Partials(partial, splits)
-    } else {
-        Product::Rows(y)
-    })
+    Ok(Product::written(y, partial, splits))
 }
 
 /// `y = Σ_s partial[s]` ([`linear::linear_split_sum()`]; with `swiglu`, `silu(gate) ⊙ up` of

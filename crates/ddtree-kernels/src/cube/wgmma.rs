@@ -75,15 +75,11 @@ impl WgmmaShape {
         let chunks = k / CHUNK;
         let columns = n_out / CUBE_ROWS;
         let wanted = (multiprocessors * 7).div_ceil(5);
-        let k_splits = (1..=MAX_K_SPLITS)
-            .filter(|s| chunks.is_multiple_of(*s))
+        let divisors = || (1..=MAX_K_SPLITS).filter(move |s| chunks.is_multiple_of(*s));
+        let k_splits = divisors()
             .find(|s| columns * s >= wanted)
-            .unwrap_or_else(|| {
-                (1..=MAX_K_SPLITS)
-                    .filter(|s| chunks.is_multiple_of(*s))
-                    .max()
-                    .unwrap_or(1)
-            });
+            .or_else(|| divisors().next_back())
+            .unwrap_or(1);
         Some(Self { tokens, k_splits })
     }
 
