@@ -13,15 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(x)                                                            \
-  do {                                                                      \
-    auto r = (x);                                                           \
-    if (r != 0) {                                                           \
-      std::printf("%s failed: %d (line %d)\n", #x, (int)r, __LINE__);       \
-      std::exit(1);                                                         \
-    }                                                                       \
-  } while (0)
+#include "cuda_check.h"
 
+// Empty kernels; the never-true test (128 units) keeps the parameters from being dropped.
 __global__ void with_pointers(const unsigned* a, const unsigned* b) {
   if (threadIdx.x == 1024) printf("%p %p", a, b);
 }

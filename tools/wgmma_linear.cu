@@ -36,16 +36,9 @@
 #include <cublas_v2.h>
 #endif
 
-typedef __nv_bfloat16 bf16;
+#include "cuda_check.h"
 
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    cudaError_t e = (call);                                                                      \
-    if (e != cudaSuccess) {                                                                      \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));                  \
-      exit(1);                                                                                   \
-    }                                                                                            \
-  } while (0)
+typedef __nv_bfloat16 bf16;
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
