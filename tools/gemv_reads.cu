@@ -89,7 +89,7 @@ __global__ void reference(const bf16* w, const bf16* x, float* y, int n, int k) 
 // ---- warp_rows: a cube of PLANES planes per feature, each a slice of k ----
 
 template <int PLANES>
-__global__ void __launch_bounds__(PLANES * 32) warp_rows(const bf16* w, const bf16* x, bf16* y, int k) {
+__device__ __forceinline__ void warp_rows_cube(const bf16* w, const bf16* x, bf16* y, int k) {
   __shared__ float part[PLANES];
   const int plane = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int segs = k / 8;                 // 16-byte segments per row
@@ -107,6 +107,11 @@ __global__ void __launch_bounds__(PLANES * 32) warp_rows(const bf16* w, const bf
     for (int p = 0; p < PLANES; ++p) t += part[p];
     y[blockIdx.x] = __float2bfloat16(t);
   }
+}
+
+template <int PLANES>
+__global__ void __launch_bounds__(PLANES * 32) warp_rows(const bf16* w, const bf16* x, bf16* y, int k) {
+  warp_rows_cube<PLANES>(w, x, y, k);
 }
 
 // ---- warp_stride: persistent planes over whole rows ----
@@ -269,17 +274,7 @@ __global__ void __launch_bounds__(128) warp_rows_prefetch(const bf16* w, const b
                                                           const unsigned char* pf, size_t pf_bytes, int pf_from) {
   if (threadIdx.x == 0 && (int)blockIdx.x >= pf_from)
     prefetch_share(pf, pf_bytes, blockIdx.x - pf_from, gridDim.x - pf_from);
-  __shared__ float part[4];
-  const int plane = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int per_plane = k / 8 / 4;
-  const uint4* row = reinterpret_cast<const uint4*>(w + (size_t)blockIdx.x * k) + plane * per_plane;
-  const uint4* xv = reinterpret_cast<const uint4*>(x) + plane * per_plane;
-  float s = 0.f;
-  for (int i = lane; i < per_plane; i += 32) s += dot8(__ldg(row + i), __ldg(xv + i));
-  s = warp_sum(s);
-  if (lane == 0) part[plane] = s;
-  __syncthreads();
-  if (threadIdx.x == 0) y[blockIdx.x] = __float2bfloat16(part[0] + part[1] + part[2] + part[3]);
+  warp_rows_cube<4>(w, x, y, k);
 }
 
 // ---- harness ----
@@ -357,26 +352,34 @@ static float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
-// µs per launch over `launches` launches that cycle through `copies`.
-static float time_launches(const Launch& launch, const std::vector<bf16*>& copies, bf16* y, int launches) {
+// Milliseconds `work` takes on the GPU: one untimed run, then the median of five.
+static float median_ms(const std::function<void()>& work) {
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) launch(copies[i % copies.size()], y);
+  work();
   std::vector<float> runs;
   for (int r = 0; r < 5; ++r) {
     CHECK(cudaEventRecord(a));
-    for (int i = 0; i < launches; ++i) launch(copies[i % copies.size()], y);
+    work();
     CHECK(cudaEventRecord(b));
     CHECK(cudaEventSynchronize(b));
     float ms;
     CHECK(cudaEventElapsedTime(&ms, a, b));
-    runs.push_back(ms * 1000.f / launches);
+    runs.push_back(ms);
   }
   CHECK(cudaGetLastError());
   CHECK(cudaEventDestroy(a));
   CHECK(cudaEventDestroy(b));
   return median(runs);
+}
+
+// µs per launch over `launches` launches that cycle through `copies`.
+static float time_launches(const Launch& launch, const std::vector<bf16*>& copies, bf16* y, int launches) {
+  return median_ms([&] {
+           for (int i = 0; i < launches; ++i) launch(copies[i % copies.size()], y);
+         }) *
+         1000.f / launches;
 }
 
 // max |y − ref| / max |ref|.
@@ -493,21 +496,7 @@ int main(int argc, char** argv) {
         for (int i : layer_shapes) (*per_shape[i])(layer_w[i][l], y);
       kernel_head.launch(head, y);
     };
-    cudaEvent_t a, b;
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
-    step();
-    std::vector<float> runs;
-    for (int r = 0; r < 5; ++r) {
-      CHECK(cudaEventRecord(a));
-      step();
-      CHECK(cudaEventRecord(b));
-      CHECK(cudaEventSynchronize(b));
-      float ms;
-      CHECK(cudaEventElapsedTime(&ms, a, b));
-      runs.push_back(ms);
-    }
-    float ms = median(runs);
+    float ms = median_ms(step);
     std::printf("step %-12s %8.3f ms  %6.0f GB/s  %5.1f %% of 4.3 TB/s (%.2f GB)\n", kernel.c_str(), ms,
                 total / ms / 1e6, total / ms / 4.3e7, total / 1e9);
   }
@@ -558,23 +547,8 @@ int main(int argc, char** argv) {
         }
         warp_rows_prefetch<<<shapes[5].n, 128>>>(head, x, y, shapes[5].k, nullptr, 0, shapes[5].n);
       };
-      cudaEvent_t a, b;
-      CHECK(cudaEventCreate(&a));
-      CHECK(cudaEventCreate(&b));
-      step();
-      std::vector<float> runs;
-      for (int r = 0; r < 5; ++r) {
-        CHECK(cudaEventRecord(a));
-        step();
-        CHECK(cudaEventRecord(b));
-        CHECK(cudaEventSynchronize(b));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, a, b));
-        runs.push_back(ms);
-      }
-      CHECK(cudaGetLastError());
       std::printf("stand-ins round %d prefetch attention %4.0f MB, norms %2.0f MB, tails %2.0f MB: %8.3f ms\n", round,
-                  plan.attention_mb, plan.norm_mb, plan.tail_mb, median(runs));
+                  plan.attention_mb, plan.norm_mb, plan.tail_mb, median_ms(step));
     }
   // The prefetching GEMV is the plain one when it prefetches nothing: the same answer as warp_rows.
   {
