@@ -22,7 +22,7 @@
 // next weight into L2 (`cp.async.bulk.prefetch.L2`).
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o /tmp/gemv_reads \
-//       tools/gemv_reads.cu -lcublas && /tmp/gemv_reads
+//       tools/gemv_reads.cu -lcublas && /tmp/gemv_reads [parts, "123" by default]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #ifndef NO_CUBLAS
