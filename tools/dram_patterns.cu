@@ -20,6 +20,8 @@
 #include <cuda_runtime.h>
 #include <vector>
 
+#include "cuda_timing.h"
+
 constexpr size_t N = 24576, K_BYTES = 4096 * 2, BYTES = N * K_BYTES;
 constexpr int THREADS = 256;
 
@@ -72,25 +74,13 @@ __global__ void rows(const uint4 *w, unsigned *sink) {
   if (acc == 0x12345678u) sink[blockIdx.x] = acc;
 }
 
+// µs per launch: the median of five timings of 20 launches back to back.
 template <typename Launch>
 double us_per_launch(Launch launch) {
-  for (int i = 0; i < 4; ++i) launch(i);
-  cudaDeviceSynchronize();
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<float> ms;
-  for (int rep = 0; rep < 5; ++rep) {
-    cudaEventRecord(a);
-    for (int i = 0; i < 20; ++i) launch(i);
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float t;
-    cudaEventElapsedTime(&t, a, b);
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[2] * 1e3 / 20;
+  return median_ms([&] {
+           for (int i = 0; i < 20; ++i) launch(i);
+         }) *
+         1e3 / 20;
 }
 
 void report(const char *pattern, int cubes, int rows_per_cube, int seg, double us) {

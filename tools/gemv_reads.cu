@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_check.h"
+#include "cuda_timing.h"
 
 using bf16 = __nv_bfloat16;
 
@@ -61,19 +61,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
-}
-
-// A hash to fill the tensors without a host copy: uniform in [-scale, scale).
-__global__ void fill(bf16* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    h *= 3266489917u;
-    h ^= h >> 16;
-    p[i] = __float2bfloat16(((h & 0xffffff) / 8388608.f - 1.f) * scale);
-  }
 }
 
 // One unit per output, in f32 over the bf16 inputs.
@@ -347,33 +334,6 @@ static void configs(std::vector<Config>& out, const Shape& s, const bf16* x) {
   }
 }
 
-static float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Milliseconds `work` takes on the GPU: one untimed run, then the median of five.
-static float median_ms(const std::function<void()>& work) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  work();
-  std::vector<float> runs;
-  for (int r = 0; r < 5; ++r) {
-    CHECK(cudaEventRecord(a));
-    work();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    runs.push_back(ms);
-  }
-  CHECK(cudaGetLastError());
-  CHECK(cudaEventDestroy(a));
-  CHECK(cudaEventDestroy(b));
-  return median(runs);
-}
-
 // µs per launch over `launches` launches that cycle through `copies`.
 static float time_launches(const Launch& launch, const std::vector<bf16*>& copies, bf16* y, int launches) {
   return median_ms([&] {
@@ -419,7 +379,7 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&x, max_k * 2));
   CHECK(cudaMalloc(&y, max_n * 2));
   CHECK(cudaMalloc(&ref, max_n * 4));
-  fill<<<64, 256>>>(x, max_k, 7, 1.f);
+  fill_uniform<<<64, 256>>>(x, max_k, 7, 1.f);
 
   // Part 1: every configuration on every shape.
   std::printf("\npart 1: us per launch, back to back (median of 5 x 20 launches); GB/s; max err / max |ref|\n");
@@ -431,7 +391,7 @@ int main(int argc, char** argv) {
     std::vector<bf16*> copies(copies_n);
     for (int c = 0; c < copies_n; ++c) {
       CHECK(cudaMalloc(&copies[c], bytes));
-      fill<<<1024, 256>>>(copies[c], (size_t)s.n * s.k, 100 + c, 0.05f);
+      fill_uniform<<<1024, 256>>>(copies[c], (size_t)s.n * s.k, 100 + c, 0.05f);
     }
     CHECK(cudaDeviceSynchronize());
     std::vector<Config> all;
@@ -471,13 +431,13 @@ int main(int argc, char** argv) {
       size_t count = (size_t)shapes[i].n * shapes[i].k;
       bf16* p;
       CHECK(cudaMalloc(&p, count * 2));
-      fill<<<1024, 256>>>(p, count, 1000 + l * 4 + i, 0.05f);
+      fill_uniform<<<1024, 256>>>(p, count, 1000 + l * 4 + i, 0.05f);
       layer_w[i].push_back(p);
       total += count * 2;
     }
   bf16* head;
   CHECK(cudaMalloc(&head, (size_t)shapes[5].n * shapes[5].k * 2));
-  fill<<<1024, 256>>>(head, (size_t)shapes[5].n * shapes[5].k, 99, 0.05f);
+  fill_uniform<<<1024, 256>>>(head, (size_t)shapes[5].n * shapes[5].k, 99, 0.05f);
   total += (size_t)shapes[5].n * shapes[5].k * 2;
   CHECK(cudaDeviceSynchronize());
   for (const Config& kernel_head : runs_part('2') && !best_by_shape.empty() ? best_by_shape[5] : std::vector<Config>{}) {

@@ -36,7 +36,7 @@
 #include <cublas_v2.h>
 #endif
 
-#include "cuda_check.h"
+#include "cuda_timing.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -274,15 +274,6 @@ __global__ void __launch_bounds__(128 * G)
   store<NT>(d, y, part, rows, n_out, slice, feat0 + wg * 64 + warp * 16 + lane / 4, lane);
 }
 
-__global__ void fill(bf16 *p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-    p[i] = __float2bfloat16((float)(h & 0xFFFF) / 32768.f - 1.f);
-  }
-}
-
 // A plain tiled f32 product: 16 rows × 16 features per cube, both tiles through shared memory.
 __global__ void reference(const bf16 *x, const bf16 *w, float *ref, int rows, int k, int n_out) {
   __shared__ float xs[16][17], ws[16][17];
@@ -394,11 +385,6 @@ static double error(const Config &c, const bf16 *x, const bf16 *w, bf16 *y, floa
   return worst / top;
 }
 
-static float median_us(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2] * 1000.f;
-}
-
 int main() {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -415,8 +401,8 @@ int main() {
   CHECK(cudaMalloc(&y, (size_t)136 * 151936 * 2));
   CHECK(cudaMalloc(&part, (size_t)8 * 136 * 151936 * 4));
   CHECK(cudaMalloc(&ref, (size_t)136 * 151936 * 4));
-  fill<<<4096, 256>>>(pool, POOL / 2, 1);
-  fill<<<256, 256>>>(x, 136 * 12288, 2);
+  fill_uniform<<<4096, 256>>>(pool, POOL / 2, 1, 1.f);
+  fill_uniform<<<256, 256>>>(x, 136 * 12288, 2, 1.f);
   std::vector<Config> all;
   for (const Config &c : configs())
     CHECK(cudaFuncSetAttribute(c.fn(), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c.smem()));
@@ -435,9 +421,6 @@ int main() {
     if (ok) all.push_back(c);
   }
 
-  cudaEvent_t t0, t1;
-  CHECK(cudaEventCreate(&t0));
-  CHECK(cudaEventCreate(&t1));
 #ifndef NO_CUBLAS
   cublasHandle_t handle;
   cublasCreate(&handle);
@@ -451,21 +434,13 @@ int main() {
   for (const Shape &sh : shapes) {
     const size_t w_bytes = (size_t)sh.n_out * sh.k * 2;
     const int copies = (int)std::min<size_t>(POOL / w_bytes, std::max<size_t>(2, (600ull << 20) / w_bytes));
-    // Median of five timings of 20 launches back to back, each launch on the next weight copy.
+    // µs per launch: the median of five timings of 20 launches back to back, each launch on the
+    // next weight copy.
     auto time = [&](auto &&run) {
-      for (int i = 0; i < 5; i++) run(i % copies);
-      std::vector<float> ms;
-      for (int t = 0; t < 5; t++) {
-        CHECK(cudaEventRecord(t0));
-        for (int i = 0; i < 20; i++) run(i % copies);
-        CHECK(cudaEventRecord(t1));
-        CHECK(cudaEventSynchronize(t1));
-        float m;
-        CHECK(cudaEventElapsedTime(&m, t0, t1));
-        ms.push_back(m / 20);
-      }
-      CHECK(cudaGetLastError());
-      return median_us(ms);
+      return median_ms([&] {
+               for (int i = 0; i < 20; i++) run(i % copies);
+             }) *
+             1000.f / 20;
     };
     run_reference(x, pool, ref, sh.rows, sh.k, sh.n_out);
     float best = 1e30f;
