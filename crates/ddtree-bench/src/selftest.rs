@@ -32,6 +32,10 @@ pub struct Args {
     /// MMAs only), on CUDA.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     warpgroup_mma: bool,
+    /// The tensor-core attention's softmax by the GPU's `ex2` approximation (`false`: the
+    /// accurate `expf`), on CUDA.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    fast_exp: bool,
     /// Also time the tensor-core linear at the launch shapes around the one it picks (feature
     /// tiles, chunk length, stages, k-slices) on the `--layers` weight shapes (CUDA), each
     /// checked against burn's matmul: at the given row counts (`--sweep-tiles 65`), or at 16,
@@ -227,7 +231,10 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
         eprintln!("note: on the CPU both sides run the reference; this checks the harness only");
     }
     #[cfg(feature = "cuda")]
-    ddtree_kernels::cube::set_warpgroup_mma(args.warpgroup_mma);
+    {
+        ddtree_kernels::cube::set_warpgroup_mma(args.warpgroup_mma);
+        ddtree_kernels::cube::set_fast_exp(args.fast_exp);
+    }
     if args.device == Device::Wgpu {
         // Its matrices pass a software device's buffer limits; the kernels' wgpu tests are
         // `cargo test -p ddtree-kernels --features wgpu`.

@@ -67,6 +67,10 @@ pub struct Args {
     /// MMAs only), on CUDA.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     warpgroup_mma: bool,
+    /// The tensor-core attention's softmax by the GPU's `ex2` approximation (`false`: the
+    /// accurate `expf`), on CUDA.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    fast_exp: bool,
 }
 
 /// Model shapes.
@@ -473,6 +477,7 @@ fn run_with<B: KernelOps, T: StageTarget<B>>(
         ddtree_kernels::cube::set_rotate_in_attention(args.rotate_in_attention);
         ddtree_kernels::cube::set_fold_combine(args.fold_combine);
         ddtree_kernels::cube::set_warpgroup_mma(args.warpgroup_mma);
+        ddtree_kernels::cube::set_fast_exp(args.fast_exp);
     }
     println!(
         "{}",
@@ -481,7 +486,7 @@ fn run_with<B: KernelOps, T: StageTarget<B>>(
                 "tensor_cores": args.tensor_cores,
                 "rotate_in_attention": args.rotate_in_attention,
                 "fold_combine": args.fold_combine,
-                "warpgroup_mma": args.warpgroup_mma })
+                "warpgroup_mma": args.warpgroup_mma, "fast_exp": args.fast_exp })
     );
 
     let t = Instant::now();

@@ -88,6 +88,9 @@ fn merge_pitch(head_dim: usize) -> usize {
 /// `counters[kv_head]`, [`merge_splits()`] a plane per query) — the launch of
 /// [`super::attention::attention_combine()`] folded in, in its arithmetic (the same bits).
 ///
+/// With `fast_exp` the softmax's exponentials are the GPU's `ex2` approximation ([`fast_exp()`])
+/// instead of the accurate `expf`, which costs about four times the instructions.
+///
 /// Launch with `CubeCount = (kv_heads, splits, ⌈rows · group / queries per cube⌉)` — the
 /// queries per cube are [`MMA_QUERIES`], or [`MMA_PLANE_QUERIES`] with `split_keys` —,
 /// `CubeDim = (32, MMA_QUERY_PLANES)`, `N` 16 bytes of `F` (a 2-byte float), `head_dim` a
@@ -120,6 +123,7 @@ pub fn attention_mma<F: Float, N: Size>(
     #[comptime] split_keys: bool,
     #[comptime] project: bool,
     #[comptime] fold: bool,
+    #[comptime] fast_exp: bool,
 ) {
     let def = cmma::MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize);
     let size!(NA) = def.vector_size(cmma::MatrixIdent::A);
@@ -388,7 +392,7 @@ pub fn attention_mma<F: Float, N: Size>(
                 top = f32::max(top, plane_shuffle_xor(top, 1u32));
                 top = f32::max(top, plane_shuffle_xor(top, 2u32));
                 let m_new = f32::max(m[h], top);
-                corr[h] = f32::exp(m[h] - m_new);
+                corr[h] = softmax_exp(m[h] - m_new, fast_exp);
                 m[h] = m_new;
                 let mut sum = 0.0f32;
                 #[unroll]
@@ -398,7 +402,7 @@ pub fn attention_mma<F: Float, N: Size>(
                     for e in 0..2usize {
                         let w = select(
                             weights[e] > f32::min_value(),
-                            f32::exp(weights[e] - m_new),
+                            softmax_exp(weights[e] - m_new, fast_exp),
                             0.0f32,
                         );
                         weights[e] = w;
@@ -516,6 +520,20 @@ pub fn attention_mma<F: Float, N: Size>(
             }
         }
     }
+}
+
+/// `e^x` for [`attention_mma()`]'s softmax: [`fast_exp()`] where `fast`, else the accurate `expf`.
+#[cube]
+fn softmax_exp(x: f32, #[comptime] fast: bool) -> f32 {
+    if comptime!(fast) { fast_exp(x) } else { f32::exp(x) }
+}
+
+/// `e^x` as `__expf` (an `ex2.approx` of `x · log2 e`: relative error ≈ 2⁻²¹ plus `x`'s
+/// rounding, far below the bf16 weights' 2⁻⁹ for the `x ≤ 0` of a softmax): cubecl emits it for
+/// an f32 `exp` only in reduced-precision mode.
+#[cube(fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
+pub fn fast_exp(x: f32) -> f32 {
+    f32::exp(x)
 }
 
 /// What [`attention_mma()`] reads with `project` to normalise and rotate an AR step's queries and

@@ -113,6 +113,16 @@ pub fn set_fold_combine(enabled: bool) {
     FOLD_COMBINE.store(enabled, Ordering::Relaxed);
 }
 
+/// Whether [`attention_mma::attention_mma()`]'s softmax takes the GPU's `ex2` approximation of
+/// its exponentials ([`attention_mma::fast_exp()`]) instead of the accurate `expf`.
+static FAST_EXP: AtomicBool = AtomicBool::new(false);
+
+/// Turns the tensor-core attention's approximate exponentials on or off (off by default), for
+/// the whole process: benchmarks and the self-test compare the two in one run.
+pub fn set_fast_exp(enabled: bool) {
+    FAST_EXP.store(enabled, Ordering::Relaxed);
+}
+
 /// Counter slots for [`fence::last_cube()`]: a buffer of zeros kept by [`upload::upload_words`]
 /// (per runtime, device and thread, whose launches run in order), which the kernels leave at zero.
 const FOLD_COUNTERS: usize = 64;
@@ -1364,7 +1374,7 @@ fn attention_launch<R: CubeRuntime, F: FloatElement>(
                     rotation,
                     upload::upload_words(&client, &k.device, &[0; FOLD_COUNTERS])
                 ],
-                [split_keys, project, fold]
+                [split_keys, project, fold, FAST_EXP.load(Ordering::Relaxed)]
             );
         } else if tiles {
             launch_tensor_core_attention!(
