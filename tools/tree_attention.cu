@@ -40,9 +40,10 @@
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o /tmp/tree_attention tools/tree_attention.cu
 //   /tmp/tree_attention [rows...]        # 65 by default; /tmp/tree_attention 17 65 129 for all
 // Output: a table of the kernel variants (registers, spilled bytes, CTAs per SM), then per row
-// count the K/V bytes and FLOPs of a layer and one line per configuration, e.g.
-//   rows 65  warps 4  q/warp 16  keys/step 64  stages 3  psplit 1  splits 6  regs 168  ctas/SM 2
-//     err 1.2e-04  rel 2.8e-03  tree rel 2.0e-03  us 12.4
+// count the K/V bytes and FLOPs of a layer and one line per configuration, e.g. (an H100 80GB
+// HBM3, twenty-ninth session; docs/perf-notes.md)
+//   rows 65  warps 4  q/warp 16  keys/step 64  stages 2  psplit 1  splits  6  regs 218  ctas/SM 2
+//     err 1.2e-04  rel 2.2e-03  tree rel 2.9e-03  us 22.27
 // and a line naming the fastest passing configuration per (rows, psplit).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
