@@ -55,10 +55,8 @@ pub struct Args {
     /// DDTree budgets.
     #[arg(long, value_delimiter = ',', default_values_t = [4, 16, 64])]
     budgets: Vec<usize>,
-    /// The tensor-core attention's softmax by the GPU's `ex2` approximation (`false`: the
-    /// accurate `expf`), on CUDA.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
-    fast_exp: bool,
+    #[command(flatten)]
+    kernels: crate::KernelSwitches,
 }
 
 fn load_prompts(path: &Path) -> Result<Vec<String>, Error> {
@@ -124,8 +122,7 @@ eval_target!(Qwen3);
 eval_target!(Qwen35);
 
 pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
-    #[cfg(feature = "cuda")]
-    ddtree_kernels::cube::set_fast_exp(args.fast_exp);
+    args.kernels.apply();
     let target_dir = args.target.clone().unwrap_or_else(|| demo_dir().join("target"));
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(target_dir.join("config.json"))?)?;

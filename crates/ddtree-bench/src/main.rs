@@ -57,6 +57,37 @@ pub enum Device {
     Wgpu,
 }
 
+/// Kernel choices the GPU commands share, for comparing kernels with one binary (CUDA only;
+/// elsewhere there is nothing to switch).
+#[derive(clap::Args, Clone, Copy)]
+pub struct KernelSwitches {
+    /// The tensor-core linears on warpgroup MMAs where the device has them (sm_90; `false`: warp
+    /// MMAs only), on CUDA.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub warpgroup_mma: bool,
+    /// The tensor-core attention's softmax by the GPU's `ex2` approximation (`false`: the
+    /// accurate `expf`), on CUDA.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub fast_exp: bool,
+}
+
+impl KernelSwitches {
+    /// Sets the switches for the whole process.
+    pub fn apply(self) {
+        let Self {
+            warpgroup_mma,
+            fast_exp,
+        } = self;
+        #[cfg(feature = "cuda")]
+        {
+            ddtree_kernels::cube::set_warpgroup_mma(warpgroup_mma);
+            ddtree_kernels::cube::set_fast_exp(fast_exp);
+        }
+        #[cfg(not(feature = "cuda"))]
+        let _ = (warpgroup_mma, fast_exp);
+    }
+}
+
 /// Runs `$stage::run::<Backend>(&device, $args)` for the backend of `$device`.
 macro_rules! on_device {
     ($device:expr, $stage:ident, $args:expr) => {

@@ -28,14 +28,8 @@ pub struct Args {
     /// Skip the bandwidth measurements.
     #[arg(long)]
     no_bandwidth: bool,
-    /// The tensor-core linears on warpgroup MMAs where the device has them (sm_90; `false`: warp
-    /// MMAs only), on CUDA.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    warpgroup_mma: bool,
-    /// The tensor-core attention's softmax by the GPU's `ex2` approximation (`false`: the
-    /// accurate `expf`), on CUDA.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
-    fast_exp: bool,
+    #[command(flatten)]
+    kernels: crate::KernelSwitches,
     /// Also time the tensor-core linear at the launch shapes around the one it picks (feature
     /// tiles, chunk length, stages, k-slices) on the `--layers` weight shapes (CUDA), each
     /// checked against burn's matmul: at the given row counts (`--sweep-tiles 65`), or at 16,
@@ -94,7 +88,7 @@ enum Group {
 fn tensor_core_checks(args: &Args, checks: &mut Checks) -> Result<(), Error> {
     #[cfg(feature = "cuda")]
     if args.device == Device::Cuda {
-        tensor_cores::check(checks, !args.no_bandwidth, args.warpgroup_mma)?;
+        tensor_cores::check(checks, !args.no_bandwidth, args.kernels.warpgroup_mma)?;
         let layers = match &args.layers {
             Some(layers) => layers.clone(),
             None => tensor_cores::LAYER_SHAPES
@@ -230,11 +224,7 @@ pub fn run<B: KernelOps>(device: &B::Device, args: &Args) -> Result<(), Error> {
     if args.device == Device::Cpu {
         eprintln!("note: on the CPU both sides run the reference; this checks the harness only");
     }
-    #[cfg(feature = "cuda")]
-    {
-        ddtree_kernels::cube::set_warpgroup_mma(args.warpgroup_mma);
-        ddtree_kernels::cube::set_fast_exp(args.fast_exp);
-    }
+    args.kernels.apply();
     if args.device == Device::Wgpu {
         // Its matrices pass a software device's buffer limits; the kernels' wgpu tests are
         // `cargo test -p ddtree-kernels --features wgpu`.

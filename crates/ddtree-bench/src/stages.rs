@@ -63,14 +63,8 @@ pub struct Args {
     /// own), on CUDA.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     fold_combine: bool,
-    /// The tensor-core linears on warpgroup MMAs where the device has them (sm_90; `false`: warp
-    /// MMAs only), on CUDA.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    warpgroup_mma: bool,
-    /// The tensor-core attention's softmax by the GPU's `ex2` approximation (`false`: the
-    /// accurate `expf`), on CUDA.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
-    fast_exp: bool,
+    #[command(flatten)]
+    kernels: crate::KernelSwitches,
 }
 
 /// Model shapes.
@@ -476,9 +470,8 @@ fn run_with<B: KernelOps, T: StageTarget<B>>(
         ddtree_kernels::cube::set_tensor_cores(args.tensor_cores);
         ddtree_kernels::cube::set_rotate_in_attention(args.rotate_in_attention);
         ddtree_kernels::cube::set_fold_combine(args.fold_combine);
-        ddtree_kernels::cube::set_warpgroup_mma(args.warpgroup_mma);
-        ddtree_kernels::cube::set_fast_exp(args.fast_exp);
     }
+    args.kernels.apply();
     println!(
         "{}",
         json!({ "device": crate::describe(args.device), "preset": format!("{:?}", args.preset),
@@ -486,7 +479,7 @@ fn run_with<B: KernelOps, T: StageTarget<B>>(
                 "tensor_cores": args.tensor_cores,
                 "rotate_in_attention": args.rotate_in_attention,
                 "fold_combine": args.fold_combine,
-                "warpgroup_mma": args.warpgroup_mma, "fast_exp": args.fast_exp })
+                "warpgroup_mma": args.kernels.warpgroup_mma, "fast_exp": args.kernels.fast_exp })
     );
 
     let t = Instant::now();
