@@ -69,6 +69,10 @@ pub struct KernelSwitches {
     /// accurate `expf`), on CUDA.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub fast_exp: bool,
+    /// Blocks of rows (tree verify, drafter blocks) on the CUDA C++ attention where it applies
+    /// (`false`: the cubecl tensor-core attention), on CUDA.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub attention_rows: bool,
 }
 
 impl KernelSwitches {
@@ -77,14 +81,16 @@ impl KernelSwitches {
         let Self {
             warpgroup_mma,
             fast_exp,
+            attention_rows,
         } = self;
         #[cfg(feature = "cuda")]
         {
             ddtree_kernels::cube::set_warpgroup_mma(warpgroup_mma);
             ddtree_kernels::cube::set_fast_exp(fast_exp);
+            ddtree_kernels::cube::set_attention_rows(attention_rows);
         }
         #[cfg(not(feature = "cuda"))]
-        let _ = (warpgroup_mma, fast_exp);
+        let _ = (warpgroup_mma, fast_exp, attention_rows);
     }
 }
 

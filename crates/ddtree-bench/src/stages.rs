@@ -479,7 +479,8 @@ fn run_with<B: KernelOps, T: StageTarget<B>>(
                 "tensor_cores": args.tensor_cores,
                 "rotate_in_attention": args.rotate_in_attention,
                 "fold_combine": args.fold_combine,
-                "warpgroup_mma": args.kernels.warpgroup_mma, "fast_exp": args.kernels.fast_exp })
+                "warpgroup_mma": args.kernels.warpgroup_mma, "fast_exp": args.kernels.fast_exp,
+                "attention_rows": args.kernels.attention_rows })
     );
 
     let t = Instant::now();

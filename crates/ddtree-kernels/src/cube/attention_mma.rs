@@ -3,7 +3,9 @@
 //! weights and the output accumulator never leave the registers. Same arguments and outputs as
 //! [`super::attention::attention_tiles()`], which it replaces where the head dimension allows.
 //! AR and verify share the kernel; with AR's four queries per KV head its planes share the
-//! queries and split the keys instead (`split_keys`).
+//! queries and split the keys instead (`split_keys`). On CUDA the blocks of rows (without
+//! `split_keys`) take [`super::attention_rows::attention_rows()`], the same design with its loop
+//! written in CUDA C++.
 //! Reference: [`crate::reference::cached_attention`].
 
 use cubecl::prelude::barrier::{Barrier, copy_async};

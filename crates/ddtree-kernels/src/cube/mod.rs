@@ -12,6 +12,7 @@ pub mod activation;
 pub mod argmax;
 pub mod attention;
 pub mod attention_mma;
+pub mod attention_rows;
 pub mod cache;
 pub mod delta;
 pub mod fence;
@@ -121,6 +122,17 @@ static FAST_EXP: AtomicBool = AtomicBool::new(false);
 /// the whole process: benchmarks and the self-test compare the two in one run.
 pub fn set_fast_exp(enabled: bool) {
     FAST_EXP.store(enabled, Ordering::Relaxed);
+}
+
+/// Whether blocks of rows (tree verify, drafter blocks) take the CUDA C++ attention
+/// ([`attention_rows::attention_rows()`]) where it applies, instead of
+/// [`attention_mma::attention_mma()`].
+static ATTENTION_ROWS: AtomicBool = AtomicBool::new(true);
+
+/// Turns the CUDA C++ block-row attention on (the default) or off, for the whole process:
+/// benchmarks and the self-test compare it with [`attention_mma::attention_mma()`] in one run.
+pub fn set_attention_rows(enabled: bool) {
+    ATTENTION_ROWS.store(enabled, Ordering::Relaxed);
 }
 
 /// Counter slots for [`fence::last_cube()`]: a buffer of zeros kept by [`upload::upload_words`]
@@ -1324,6 +1336,13 @@ fn attention_launch<R: CubeRuntime, F: FloatElement>(
             )
         };
     }
+    // Blocks of rows on CUDA: the hand-written loop of the same design and grid.
+    let rows_kernel = mma
+        && !split_keys
+        && ATTENTION_ROWS.load(Ordering::Relaxed)
+        && R::name(&client) == "cuda"
+        && attention_rows::rows_head_dim(head_dim)
+        && attention_rows::rows_shared_bytes(head_dim) <= max_shared;
     // SAFETY: q/out are `[rows, q_heads, head_dim]` (or, projected, qkv one row holding the
     // queries, keys and values, the norms `[head_dim]`, cos/sin `[half]`), k/v `[kv_heads,
     // capacity, head_dim]`, q/out dense, k/v with a dense last dimension and strides that are
@@ -1331,7 +1350,33 @@ fn attention_launch<R: CubeRuntime, F: FloatElement>(
     // `splits · rows · q_heads` entries when there is more than one split; the fold's counters
     // are zero between launches (the last cube of each KV head resets its own).
     unsafe {
-        if mma {
+        if rows_kernel {
+            attention_rows::attention_rows::launch_unchecked::<F, R>(
+                &client,
+                cubes,
+                CubeDim::new_1d(attention_rows::ROWS_UNITS as u32),
+                words(q),
+                view_array(k),
+                view_array(v),
+                bits,
+                array(&out),
+                array(&part_acc),
+                array(&part_ml),
+                head_stride,
+                row_stride,
+                ctx.prefix_len,
+                rows,
+                words_per_row,
+                ctx.window.unwrap_or(0),
+                scale as f32,
+                keys_per_split,
+                q_heads,
+                kv_heads,
+                head_dim,
+                mode,
+                F::dtype() == DType::BF16,
+            );
+        } else if mma {
             // Without projection the kernel never reads the rotation: `q` stands in.
             let rotation = match queries {
                 Queries::Rows(q) => attention_mma::RotationLaunch::new(
