@@ -1,6 +1,6 @@
 //! Attention of a block of rows (tree verify, drafter blocks) on CUDA, its main loop written in
-//! CUDA C++ ([`ROWS_BODY`], the file `attention_rows.cu` beside this one). Same arguments,
-//! visibility and outputs as [`super::attention_mma::attention_mma()`] without `split_keys`,
+//! CUDA C++ ([`ROWS_BODY`], the file `attention_rows.cu` beside this one). The grid,
+//! visibility and outputs of [`super::attention_mma::attention_mma()`] without `split_keys`,
 //! which it replaces on CUDA for `head_dim` 64 and 128. Reference:
 //! [`crate::reference::cached_attention`]; the standalone prototype it follows, with its own f32
 //! reference and timings: `tools/tree_attention.cu`.
@@ -142,8 +142,9 @@ fn rows_loop<F: Float>(
 
 /// Attention over the committed prefix plus the block's rows for one KV head, [`ROWS_QUERIES`]
 /// of its queries (numbered `j = row · group + head_in_group`) and one split of the keys: the
-/// arguments, launch grid and outputs of [`super::attention_mma::attention_mma()`] (without
-/// `split_keys`, `project` or `fold`), `k`/`v` as arrays of `F`. Launch with `CubeCount =
+/// launch grid and outputs of [`super::attention_mma::attention_mma()`] without `split_keys`, and
+/// its arguments less `rotation`, `counters` and `splits` (the grid's y), `k`/`v` as arrays of
+/// `F`. Launch with `CubeCount =
 /// (kv_heads, splits, ⌈rows · group / 64⌉)`, `CubeDim = 128`, `F` bf16 (`bf16`) or f16, `head_dim`
 /// 64 or 128, `keys_per_split` a multiple of [`ROWS_KEYS`], every row of `q`, `k` and `v` 16-byte
 /// aligned. CUDA on sm_80 and later only.
