@@ -67,7 +67,7 @@ pub struct KernelSwitches {
     pub warpgroup_mma: bool,
     /// The tensor-core attention's softmax by the GPU's `ex2` approximation (`false`: the
     /// accurate `expf`), on CUDA.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub fast_exp: bool,
     /// Blocks of rows (tree verify, drafter blocks) on the CUDA C++ attention where it applies
     /// (`false`: the cubecl tensor-core attention), on CUDA.
